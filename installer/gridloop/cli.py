@@ -1,0 +1,42 @@
+"""The `gridloop` command line: parse, dispatch, and turn errors into one line.
+
+Subcommands live in their own modules; this one only wires them. A
+`GridloopError` becomes `error: <one line>` on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from gridloop.errors import GridloopError
+from gridloop.local import commands as local_commands
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gridloop",
+        description="An open GPU platform bundle for Kubernetes.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    local_commands.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.func(args)
+        return result
+    except GridloopError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The fleet: the one place the GPU fleet (sites, pools, GPU models) is described.
+
+A fleet file is parsed and validated here (``load_fleet``, ``parse_fleet``), expanded
+into the nodes it describes (``planned_nodes``) and rendered as the Node objects kwok
+simulates (``node_manifest``). The chart's Kueue objects, the DCGM simulator and the
+dashboards derive from the same ``Fleet``, so a GPU model, a label key or a node name is
+defined once, here.
+
+This package is a pure core: it reads a file when asked to and otherwise only turns data
+into data. It must never talk to a cluster.
+"""
+
+from gridloop.fleet.catalog import GPU_MODELS, KNOWN_GPU_MODELS, GpuModel, gpu_model
+from gridloop.fleet.generate import dump_fleet, generate_fleet
+from gridloop.fleet.nodes import (
+    KWOK_NODE_ANNOTATION,
+    LABEL_ARCH,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_PRESENT,
+    LABEL_GPU_PRODUCT,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_OS,
+    LABEL_POOL,
+    LABEL_REGION,
+    LABEL_SITE,
+    LABEL_SITE_TYPE,
+    LABEL_ZONE,
+    RESOURCE_GPU,
+    SIMULATED_LABEL,
+    PlannedNode,
+    iter_planned_nodes,
+    node_manifest,
+    planned_nodes,
+)
+from gridloop.fleet.schema import (
+    API_VERSION,
+    KIND,
+    SITE_TYPES,
+    Fleet,
+    FleetError,
+    Pool,
+    Site,
+    SiteType,
+    load_fleet,
+    node_name,
+    parse_fleet,
+)
+
+__all__ = [
+    "API_VERSION",
+    "GPU_MODELS",
+    "KIND",
+    "KNOWN_GPU_MODELS",
+    "KWOK_NODE_ANNOTATION",
+    "LABEL_ARCH",
+    "LABEL_GPU_COUNT",
+    "LABEL_GPU_MEMORY",
+    "LABEL_GPU_PRESENT",
+    "LABEL_GPU_PRODUCT",
+    "LABEL_HOSTNAME",
+    "LABEL_INSTANCE_TYPE",
+    "LABEL_OS",
+    "LABEL_POOL",
+    "LABEL_REGION",
+    "LABEL_SITE",
+    "LABEL_SITE_TYPE",
+    "LABEL_ZONE",
+    "RESOURCE_GPU",
+    "SIMULATED_LABEL",
+    "SITE_TYPES",
+    "Fleet",
+    "FleetError",
+    "GpuModel",
+    "PlannedNode",
+    "Pool",
+    "Site",
+    "SiteType",
+    "dump_fleet",
+    "generate_fleet",
+    "gpu_model",
+    "iter_planned_nodes",
+    "load_fleet",
+    "node_manifest",
+    "node_name",
+    "parse_fleet",
+    "planned_nodes",
+]

@@ -1,0 +1,329 @@
+"""The fleet file: its shape as frozen dataclasses, and the validation that builds them.
+
+A fleet file is the one place the GPU fleet is described; the chart's Kueue objects, the
+DCGM simulator, dashboards and the simulated nodes are all derived from it. So a mistake
+here would spread everywhere, and it is caught here, before anything is rendered: every
+error is a ``FleetError`` whose text is one line naming the file and the field path
+(``fleet.yaml: sites[1].pools[0].gpu: unknown GPU model 'H900' (known: ...)``), so a
+user can go straight to the line to fix.
+
+``parse_fleet`` is pure (a document in, a ``Fleet`` out); ``load_fleet`` only adds reading
+the YAML file. Neither may touch the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeGuard, cast
+
+import yaml
+
+from gridloop.fleet.catalog import GPU_MODELS, KNOWN_GPU_MODELS, GpuModel
+
+if TYPE_CHECKING:
+    from gridloop.fleet.nodes import PlannedNode
+
+API_VERSION = "gridloop.io/v1alpha1"
+KIND = "Fleet"
+SITE_TYPES: tuple[str, ...] = ("cloud", "on-prem")
+MAX_GPUS_PER_NODE = 16
+# Kubernetes object names used as label values (node names, hostname label) stop at 63.
+MAX_NODE_NAME = 63
+
+SiteType = Literal["cloud", "on-prem"]
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+_TOP_KEYS = ("apiVersion", "kind", "metadata", "sites")
+_METADATA_KEYS = ("name",)
+_SITE_KEYS = ("name", "type", "region", "zones", "pools")
+_POOL_KEYS = ("name", "gpu", "nodes", "gpusPerNode", "instanceType")
+
+
+class FleetError(ValueError):
+    """A fleet file that cannot be used; ``str()`` is one line: ``source: path: message``."""
+
+    def __init__(self, source: str, path: str, message: str) -> None:
+        self.source = source
+        self.path = path
+        self.message = message
+        where = f"{source}: {path}" if path else source
+        super().__init__(f"{where}: {message}")
+
+
+def node_name(site: str, pool: str, index: int) -> str:
+    """The name of a pool's ``index``-th node: stable when the pool grows or shrinks.
+
+    The index is padded to three digits but not to the pool size, so adding the 1001st node
+    does not rename the first thousand.
+    """
+    return f"{site}-{pool}-{index:03d}"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Identical nodes of one GPU model within a site."""
+
+    name: str
+    gpu: str
+    nodes: int
+    gpus_per_node: int
+    instance_type: str
+
+    @property
+    def model(self) -> GpuModel:
+        return GPU_MODELS[self.gpu]
+
+    @property
+    def gpu_count(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Site:
+    """A cloud region or an on-prem site; for on-prem sites the zones are racks."""
+
+    name: str
+    type: SiteType
+    region: str
+    zones: tuple[str, ...]
+    pools: tuple[Pool, ...]
+
+    @property
+    def node_count(self) -> int:
+        return sum(pool.nodes for pool in self.pools)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(pool.gpu_count for pool in self.pools)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The whole fleet, as validated by ``parse_fleet``."""
+
+    name: str
+    sites: tuple[Site, ...]
+
+    @property
+    def node_count(self) -> int:
+        return sum(site.node_count for site in self.sites)
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(site.gpu_count for site in self.sites)
+
+    def planned_nodes(self) -> Iterator[PlannedNode]:
+        """Every node this fleet describes, in file order (see ``gridloop.fleet.nodes``)."""
+        # nodes.py builds on this module; importing it here keeps the dependency one-way.
+        from gridloop.fleet.nodes import iter_planned_nodes
+
+        return iter_planned_nodes(self)
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Read and validate a fleet file; unreadable files and bad YAML are FleetErrors too."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise FleetError(source, "", f"cannot read fleet file: {err}") from err
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as err:
+        raise FleetError(source, "", _yaml_problem(err)) from err
+    return parse_fleet(data, source)
+
+
+def parse_fleet(data: object, source: str = "fleet") -> Fleet:
+    """Validate a fleet document (the YAML-shaped dict) and build the ``Fleet``."""
+    top = _mapping(data, "", source, _TOP_KEYS)
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        value = _required(top, key, "", source)
+        if value != expected:
+            raise FleetError(source, key, f"must be {expected}, got {_show(value)}")
+    metadata = _mapping(_required(top, "metadata", "", source), "metadata", source, _METADATA_KEYS)
+    name = _dns_label(_required(metadata, "name", "metadata", source), "metadata.name", source)
+    raw_sites = _list(_required(top, "sites", "", source), "sites", source)
+    sites = tuple(_site(raw, f"sites[{i}]", source) for i, raw in enumerate(raw_sites))
+    _check_unique_names(sites, source)
+    return Fleet(name=name, sites=sites)
+
+
+def _site(data: object, path: str, source: str) -> Site:
+    raw = _mapping(data, path, source, _SITE_KEYS)
+    name = _dns_label(_required(raw, "name", path, source), f"{path}.name", source)
+    raw_type = _required(raw, "type", path, source)
+    if raw_type not in SITE_TYPES:
+        raise FleetError(source, f"{path}.type", f"must be cloud or on-prem, got {_show(raw_type)}")
+    site_type = cast(SiteType, raw_type)
+    region = _label_value(_required(raw, "region", path, source), f"{path}.region", source)
+    zones_path = f"{path}.zones"
+    raw_zones = _list(_required(raw, "zones", path, source), zones_path, source)
+    zones = tuple(_label_value(z, f"{zones_path}[{i}]", source) for i, z in enumerate(raw_zones))
+    for i, zone in enumerate(zones):
+        if zone in zones[:i]:
+            raise FleetError(source, f"{zones_path}[{i}]", f"duplicate zone {zone!r}")
+    pools_path = f"{path}.pools"
+    raw_pools = _list(_required(raw, "pools", path, source), pools_path, source)
+    pools = tuple(
+        _pool(p, f"{pools_path}[{i}]", source, site_type) for i, p in enumerate(raw_pools)
+    )
+    return Site(name=name, type=site_type, region=region, zones=zones, pools=pools)
+
+
+def _pool(data: object, path: str, source: str, site_type: SiteType) -> Pool:
+    raw = _mapping(data, path, source, _POOL_KEYS)
+    name = _dns_label(_required(raw, "name", path, source), f"{path}.name", source)
+    gpu = _required(raw, "gpu", path, source)
+    if not isinstance(gpu, str) or gpu not in GPU_MODELS:
+        problem = "unknown GPU model" if isinstance(gpu, str) else "must be a GPU model name, got"
+        known = ", ".join(KNOWN_GPU_MODELS)
+        raise FleetError(source, f"{path}.gpu", f"{problem} {_show(gpu)} (known: {known})")
+    nodes = _required(raw, "nodes", path, source)
+    if not _is_int(nodes) or nodes < 0:
+        raise FleetError(
+            source, f"{path}.nodes", f"must be a non-negative integer, got {_show(nodes)}"
+        )
+    per_node = _required(raw, "gpusPerNode", path, source)
+    if not _is_int(per_node) or not 1 <= per_node <= MAX_GPUS_PER_NODE:
+        message = f"must be an integer from 1 to {MAX_GPUS_PER_NODE}, got {_show(per_node)}"
+        raise FleetError(source, f"{path}.gpusPerNode", message)
+    instance_type = raw.get("instanceType")
+    if instance_type is None:
+        instance_type = GPU_MODELS[gpu].instance_type(site_type)
+    instance_type = _label_value(instance_type, f"{path}.instanceType", source)
+    return Pool(name, gpu, nodes, per_node, instance_type)
+
+
+def _check_unique_names(sites: tuple[Site, ...], source: str) -> None:
+    """Site names, pool names within a site, and every node name in the fleet are unique.
+
+    Node names join site and pool with '-', so site 'a-b' pool 'c' and site 'a' pool 'b-c'
+    would produce the same nodes even though every name is unique where it is declared.
+    """
+    seen_sites: dict[str, int] = {}
+    seen_prefixes: dict[str, str] = {}
+    for s, site in enumerate(sites):
+        if site.name in seen_sites:
+            first = f"sites[{seen_sites[site.name]}]"
+            raise FleetError(
+                source, f"sites[{s}].name", f"duplicate site name {site.name!r} (also {first})"
+            )
+        seen_sites[site.name] = s
+        seen_pools: dict[str, int] = {}
+        for p, pool in enumerate(site.pools):
+            path = f"sites[{s}].pools[{p}].name"
+            if pool.name in seen_pools:
+                first = f"sites[{s}].pools[{seen_pools[pool.name]}]"
+                raise FleetError(source, path, f"duplicate pool name {pool.name!r} (also {first})")
+            seen_pools[pool.name] = p
+            prefix = f"{site.name}-{pool.name}"
+            if prefix in seen_prefixes:
+                message = f"node names {prefix}-NNN collide with {seen_prefixes[prefix]}"
+                raise FleetError(source, path, message)
+            seen_prefixes[prefix] = f"sites[{s}].pools[{p}]"
+            longest = node_name(site.name, pool.name, max(pool.nodes - 1, 0))
+            if len(longest) > MAX_NODE_NAME:
+                message = (
+                    f"node name {longest!r} would be {len(longest)} characters "
+                    f"(at most {MAX_NODE_NAME}); shorten the site or pool name"
+                )
+                raise FleetError(source, path, message)
+
+
+# --- small readers: each checks one shape and names the field path when it is wrong ---
+
+
+def _mapping(data: object, path: str, source: str, allowed: tuple[str, ...]) -> dict[str, object]:
+    if not isinstance(data, dict):
+        raise FleetError(source, path, f"must be a mapping, got {_show(data)}")
+    for key in data:
+        if key not in allowed:
+            message = f"unknown field {_show(key)} (allowed: {', '.join(allowed)})"
+            raise FleetError(source, path, message)
+    return cast(dict[str, object], data)
+
+
+def _required(raw: Mapping[str, object], key: str, path: str, source: str) -> object:
+    if key not in raw:
+        raise FleetError(source, f"{path}.{key}" if path else key, "required field is missing")
+    return raw[key]
+
+
+def _list(data: object, path: str, source: str) -> list[object]:
+    if not isinstance(data, list) or not data:
+        raise FleetError(source, path, f"must be a non-empty list, got {_show(data)}")
+    return cast(list[object], data)
+
+
+def _dns_label(data: object, path: str, source: str) -> str:
+    if not isinstance(data, str) or len(data) > 63 or not _DNS_LABEL.fullmatch(data):
+        message = (
+            "must be a DNS-1123 label (lowercase letters, digits and '-', starting and "
+            f"ending with a letter or digit, at most 63 characters), got {_show(data)}"
+        )
+        raise FleetError(source, path, message)
+    return data
+
+
+def _label_value(data: object, path: str, source: str) -> str:
+    """Regions, zones and instance types end up as label values, so they must be valid ones."""
+    if not isinstance(data, str) or len(data) > 63 or not _LABEL_VALUE.fullmatch(data):
+        message = (
+            "must be a non-empty string usable as a Kubernetes label value (letters, digits, "
+            f"'-', '_', '.', at most 63 characters), got {_show(data)}"
+        )
+        raise FleetError(source, path, message)
+    return data
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    # YAML 'true' is a bool, and bool is an int in Python: never accept it as a count.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _show(value: object) -> str:
+    """A value as the user wrote it in YAML, kept to one short line."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {err.problem}"
+    return "invalid YAML: " + " ".join(str(err).split())
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys instead of silently keeping the last one.
+
+    A hand-edited fleet file with two ``pools:`` under one site would otherwise lose a pool
+    without a word.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, Hashable):
+                continue  # SafeLoader reports unhashable keys itself
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)

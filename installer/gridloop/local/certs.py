@@ -1,0 +1,195 @@
+"""Certificates and kubeconfigs for the local control plane.
+
+One cluster CA signs the API server's serving certificate and the client
+certificates of each component (admin in `system:masters`, controller-manager
+and scheduler under their system identities); a front-proxy CA serves the
+aggregation layer (Kueue's visibility API needs it); an RSA key pair signs
+service-account tokens. Existing files are kept, so `down` then `up` does not
+invalidate kubeconfigs a user has already exported.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+VALIDITY = dt.timedelta(days=365)
+SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range
+API_SANS = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+# client identity name -> (common name, organisations)
+CLIENTS = {
+    "admin": ("gridloop-admin", ["system:masters"]),
+    "controller-manager": ("system:kube-controller-manager", []),
+    "scheduler": ("system:kube-scheduler", []),
+    "kwok": ("gridloop-kwok", ["system:masters"]),
+}
+CONTEXT = "gridloop-local"
+
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+
+
+@dataclass(frozen=True)
+class Pki:
+    dir: Path
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    def kubeconfig(self, client: str) -> Path:
+        return self.dir / f"{client}.kubeconfig"
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(path: Path, key: PrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _load_key(path: Path) -> PrivateKey:
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey)
+    return key
+
+
+def _name(cn: str, orgs: list[str] | tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    return x509.Name(attrs)
+
+
+def _ca(dir: Path, stem: str, cn: str) -> tuple[x509.Certificate, PrivateKey]:
+    crt, keyf = dir / f"{stem}.crt", dir / f"{stem}.key"
+    if crt.exists() and keyf.exists():
+        return x509.load_pem_x509_certificate(crt.read_bytes()), _load_key(keyf)
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + 10 * VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(keyf, key)
+    return cert, key
+
+
+def issue(
+    dir: Path,
+    stem: str,
+    ca: tuple[x509.Certificate, PrivateKey],
+    cn: str,
+    *,
+    orgs: list[str] | tuple[str, ...] = (),
+    dns: tuple[str, ...] = (),
+    ips: tuple[str, ...] = (),
+    server: bool = False,
+) -> None:
+    """Write `<stem>.crt`/`<stem>.key` signed by `ca`, unless they already exist."""
+    crt, keyf = dir / f"{stem}.crt", dir / f"{stem}.key"
+    if crt.exists() and keyf.exists():
+        return
+    key = _key()
+    now = dt.datetime.now(dt.UTC)
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn, orgs))
+        .issuer_name(ca[0].subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if dns or ips:
+        names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+        names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    cert = builder.sign(ca[1], hashes.SHA256())
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(keyf, key)
+
+
+def ensure_pki(dir: Path) -> Pki:
+    """Create (or keep) every certificate and key the control plane needs."""
+    dir.mkdir(parents=True, exist_ok=True)
+    ca = _ca(dir, "ca", "gridloop-local-ca")
+    issue(dir, "apiserver", ca, "kube-apiserver", dns=API_SANS, ips=("127.0.0.1", SERVICE_IP),
+          server=True)
+    for client, (cn, orgs) in CLIENTS.items():
+        issue(dir, client, ca, cn, orgs=orgs)
+    front = _ca(dir, "front-proxy-ca", "gridloop-local-front-proxy-ca")
+    issue(dir, "front-proxy-client", front, "front-proxy-client")
+    sa = dir / "sa.key"
+    if not sa.exists():
+        sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        _write_key(sa, sa_key)
+        (dir / "sa.pub").write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+    return Pki(dir)
+
+
+def write_kubeconfigs(pki: Pki, server: str) -> None:
+    """One kubeconfig per client identity, pointing at `server`, certificates inlined."""
+    ca = base64.b64encode(pki.path("ca.crt").read_bytes()).decode()
+    for client in CLIENTS:
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CONTEXT, "cluster": {"server": server,
+                                                       "certificate-authority-data": ca}}],
+            "users": [{"name": f"{CONTEXT}-{client}", "user": {
+                "client-certificate-data": base64.b64encode(
+                    pki.path(f"{client}.crt").read_bytes()).decode(),
+                "client-key-data": base64.b64encode(
+                    pki.path(f"{client}.key").read_bytes()).decode(),
+            }}],
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT,
+                                                       "user": f"{CONTEXT}-{client}"}}],
+            "current-context": CONTEXT,
+        }
+        path = pki.kubeconfig(client)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        path.chmod(0o600)

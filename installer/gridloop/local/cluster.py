@@ -1,0 +1,209 @@
+"""Bring the local cluster up and down: the orchestration behind `gridloop local`.
+
+`up` checks everything it can before it starts anything (fleet file, binaries,
+free ports), so bad input changes nothing. Once it starts processes, a failure
+stops every process it started: there is never a half-started cluster. `up` on
+a running cluster reports it and changes nothing. `down` stops each process by
+the pid it recorded and checks that every port is free again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gridloop.errors import ClusterError, UsageError
+from gridloop.fleet import SIMULATED_LABEL, Fleet, FleetError, load_fleet
+from gridloop.local import building, certs, flags, kube, processes, simulated_nodes, stages
+from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local.processes import Proc
+from gridloop.local.state import State, load
+
+Say = Callable[[str], None]
+
+# the order processes start in, and the reverse of the order they stop in
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+START_TIMEOUT = 60.0
+
+
+def default_fleet_file() -> Path:
+    return Path(__file__).resolve().parents[3] / "examples" / "fleets" / "default.yaml"
+
+
+def read_fleet(path: Path) -> Fleet:
+    try:
+        return load_fleet(path)
+    except FleetError as err:
+        raise UsageError(str(err)) from err
+
+
+def running(state: State | None) -> list[Proc]:
+    return [p for p in state.processes if processes.alive(p)] if state else []
+
+
+@dataclass(frozen=True)
+class UpResult:
+    state: State
+    already_running: bool
+    started_seconds: float = 0.0
+    ready_seconds: float = 0.0
+    created: int = 0
+    deleted: int = 0
+
+
+def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> UpResult:
+    fleet = read_fleet(fleet_path)
+    try:
+        ports = Ports.from_base(base_port)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
+    previous = load(state_dir)
+    alive = running(previous)
+    if previous and alive and len(alive) == len(ORDER):
+        return UpResult(previous, already_running=True)
+    if previous and alive:
+        say(f"found a partly running cluster ({', '.join(p.name for p in alive)}): restarting it")
+        _stop_all(previous)
+    binaries = _binaries(say)
+    processes.check_ports_free(ports.by_process())
+
+    state = State(dir=state_dir, base_port=base_port, ports=ports, fleet_name=fleet.name,
+                  nodes=fleet.node_count, started_at=time.time())
+    _prepare(state, fleet_path, binaries)
+    t0 = time.monotonic()
+    try:
+        _start_all(state, binaries, say)
+        started = time.monotonic() - t0
+        api = kube.api_client(state.kubeconfig)
+        result = simulated_nodes.sync(api, fleet)
+        say(f"fleet {fleet.name}: {fleet.node_count} nodes, {fleet.gpu_count} GPUs "
+            f"({result.created} created, {result.deleted} removed, {result.kept} kept)")
+        ready = simulated_nodes.wait_ready(api, fleet.node_count,
+                                           timeout=60 + fleet.node_count / 25)
+    except BaseException:
+        _stop_all(state)
+        raise
+    return UpResult(state, False, started, ready, result.created, result.deleted)
+
+
+def _binaries(say: Say) -> dict[str, Path]:
+    missing = building.missing_components()
+    if missing:
+        say(f"building missing components: {', '.join(missing)}")
+        building.build(missing, lambda p: say(f"  {p.binary} {p.version}: {p.status}"))
+    names = (*ORDER, "kubectl", "helm")
+    return {name: building.binary(name) for name in names}
+
+
+def _prepare(state: State, fleet_path: Path, binaries: dict[str, Path]) -> None:
+    d = state.dir
+    for sub in ("pki", "etcd", "logs", "bin"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "etcd").chmod(0o700)
+    pki = certs.ensure_pki(d / "pki")
+    certs.write_kubeconfigs(pki, state.server)
+    shutil.copyfile(pki.kubeconfig("admin"), state.kubeconfig)
+    state.kubeconfig.chmod(0o600)
+    (d / "kwok.yaml").write_text(stages.kwok_config())
+    if fleet_path.resolve() != (d / "fleet.yaml").resolve():
+        shutil.copyfile(fleet_path, d / "fleet.yaml")
+    for tool in ("kubectl", "helm"):
+        link = d / "bin" / tool
+        link.unlink(missing_ok=True)
+        link.symlink_to(binaries[tool])
+
+
+def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
+    pki, ports = state.dir / "pki", state.ports
+    match name:
+        case "etcd":
+            return flags.etcd(binaries[name], ports, state.dir / "etcd")
+        case "kube-apiserver":
+            return flags.apiserver(binaries[name], ports, pki)
+        case "kube-controller-manager":
+            return flags.controller_manager(binaries[name], ports, pki)
+        case "kube-scheduler":
+            return flags.scheduler(binaries[name], ports, pki)
+        case "kwok":
+            return flags.kwok(binaries[name], ports, pki, state.dir / "kwok.yaml", SIMULATED_LABEL)
+    raise KeyError(name)
+
+
+def _health_url(name: str, ports: Ports) -> str:
+    return {
+        "etcd": f"http://{LOOPBACK}:{ports.etcd}/health",
+        "kube-apiserver": f"https://{LOOPBACK}:{ports.apiserver}/readyz",
+        "kube-controller-manager": f"https://{LOOPBACK}:{ports.controller_manager}/healthz",
+        "kube-scheduler": f"https://{LOOPBACK}:{ports.scheduler}/healthz",
+        "kwok": f"http://{LOOPBACK}:{ports.kwok}/healthz",
+    }[name]
+
+
+def _ssl(pki: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    # controller-manager and scheduler serve self-signed loopback certificates
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def healthy(name: str, state: State) -> bool:
+    try:
+        with urllib.request.urlopen(_health_url(name, state.ports), timeout=2,
+                                    context=_ssl(state.dir / "pki")) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _start_all(state: State, binaries: dict[str, Path], say: Say) -> None:
+    for name in ORDER:
+        t0 = time.monotonic()
+        proc = processes.start(name, _argv(name, state, binaries),
+                               state.dir / "logs" / f"{name}.log", state.dir)
+        state.processes.append(proc)
+        state.save()
+        while not healthy(name, state):
+            if not processes.alive(proc):
+                raise processes.exited_error(proc, "start-up")
+            if time.monotonic() - t0 > START_TIMEOUT:
+                raise ClusterError(f"{name} did not become healthy within {START_TIMEOUT:.0f}s "
+                                   f"(log: {proc.log})")
+            time.sleep(0.1)
+        say(f"  ✓ {name:<24} pid {proc.pid:<8} ready in {time.monotonic() - t0:.1f}s")
+
+
+def _stop_all(state: State) -> list[str]:
+    stopped = []
+    for proc in reversed(state.processes):
+        if processes.alive(proc):
+            processes.stop(proc)
+            stopped.append(proc.name)
+    state.processes = []
+    if state.dir.exists():
+        state.save()
+    return stopped
+
+
+def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
+    """Stop every recorded process; return (stopped names, ports still busy)."""
+    state = load(state_dir)
+    stopped = _stop_all(state) if state else []
+    busy: list[int] = []
+    if state:
+        deadline = time.monotonic() + 10
+        busy = list(state.ports.by_process().values())
+        while busy and time.monotonic() < deadline:
+            busy = [p for p in busy if processes.listening(p)]
+            if busy:
+                time.sleep(0.1)
+    if purge and state_dir.exists():
+        shutil.rmtree(state_dir)
+    return stopped, busy

@@ -1,0 +1,150 @@
+"""`gridloop local up|down|status|env|fleet`: flags and printing around cluster.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from gridloop.errors import ClusterError, UsageError
+from gridloop.fleet import FleetError, dump_fleet, generate_fleet
+from gridloop.local import cluster, kube, paths, processes, simulated_nodes
+from gridloop.local.flags import DEFAULT_BASE_PORT
+from gridloop.local.state import load
+
+
+def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def with_state(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--state-dir", type=Path, default=None,
+                       help=f"where the cluster keeps its state (default {paths.state_root()})")
+        return p
+
+    p = with_state(verbs.add_parser("up", help="start the local cluster and its simulated fleet"))
+    p.add_argument("--fleet", type=Path, default=None,
+                   help="fleet file (default examples/fleets/default.yaml)")
+    p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+                   help=f"first of the loopback ports used (default {DEFAULT_BASE_PORT}; "
+                   "the API server listens on base+43)")
+    p.set_defaults(func=cmd_up)
+
+    p = with_state(verbs.add_parser("down", help="stop every process the cluster started"))
+    p.add_argument("--purge", action="store_true", help="also delete the state directory")
+    p.set_defaults(func=cmd_down)
+
+    p = with_state(verbs.add_parser("status", help="what runs, where, and how many nodes"))
+    p.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_status)
+
+    p = with_state(verbs.add_parser("env", help="shell exports for kubectl and helm: "
+                                    'eval "$(gridloop local env)"'))
+    p.set_defaults(func=cmd_env)
+
+    p = verbs.add_parser("fleet", help="generate a large fleet file")
+    p.add_argument("--nodes", type=int, required=True, help="total number of GPU nodes")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--output", "-o", type=Path, default=None, help="write here (default stdout)")
+    p.set_defaults(func=cmd_fleet)
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir) if args.state_dir else paths.state_root()
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    fleet = args.fleet or cluster.default_fleet_file()
+    if not fleet.is_file():
+        raise UsageError(f"--fleet: no such file: {fleet}")
+    state_dir = _state_dir(args)
+    t0 = time.monotonic()
+    res = cluster.up(state_dir, fleet, args.base_port, say=lambda m: print(m, flush=True))
+    if res.already_running:
+        print(f"already running: {res.state.server} ({len(res.state.processes)} processes, "
+              f"fleet {res.state.fleet_name}, state {state_dir}); nothing changed")
+        return 0
+    print(f"cluster up in {time.monotonic() - t0:.1f}s: control plane {res.started_seconds:.1f}s, "
+          f"{res.state.nodes} nodes Ready {res.ready_seconds:.1f}s later")
+    print(f'use it: eval "$(gridloop local env{_state_flag(args)})"; kubectl get nodes')
+    return 0
+
+
+def _state_flag(args: argparse.Namespace) -> str:
+    return f" --state-dir {shlex.quote(str(args.state_dir))}" if args.state_dir else ""
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    stopped, busy = cluster.down(state_dir, purge=args.purge)
+    print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+    if args.purge:
+        print(f"removed {state_dir}")
+    if busy:
+        raise ClusterError(f"ports still in use after down: {', '.join(map(str, busy))}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    state = load(state_dir)
+    procs = [] if state is None else [
+        {"name": p.name, "pid": p.pid, "running": processes.alive(p), "log": p.log}
+        for p in state.processes
+    ]
+    running = bool(procs) and all(p["running"] for p in procs)
+    ready = total = None
+    if running and state is not None:
+        try:
+            ready, total = simulated_nodes.count_ready(kube.api_client(state.kubeconfig))
+        except Exception as err:  # status must report, not crash, on an unreachable API
+            print(f"warning: API server unreachable: {err}", file=sys.stderr)
+    info = {
+        "state_dir": str(state_dir),
+        "running": running,
+        "server": state.server if state else None,
+        "kubeconfig": str(state.kubeconfig) if state else None,
+        "fleet": state.fleet_name if state else None,
+        "nodes": {"ready": ready, "total": total, "expected": state.nodes if state else 0},
+        "ports": state.ports.by_process() if state else {},
+        "processes": procs,
+    }
+    if args.output == "json":
+        print(json.dumps(info, indent=2))
+        return 0 if running else 3
+    print(f"state:      {state_dir}")
+    if state is None:
+        print("cluster:    not created (run `gridloop local up`)")
+        return 3
+    print(f"cluster:    {'running' if running else 'stopped'}  {state.server}")
+    print(f"kubeconfig: {state.kubeconfig}")
+    print(f"fleet:      {state.fleet_name}, nodes Ready {ready}/{total} "
+          f"(fleet has {state.nodes})" if running else f"fleet:      {state.fleet_name}")
+    ports = {v: k for k, v in state.ports.by_process().items()}
+    for p in procs:
+        port = next((n for n, owner in ports.items() if owner == p["name"]), "")
+        mark = "running" if p["running"] else "dead"
+        print(f"  {p['name']:<24} pid {p['pid']:<8} {mark:<8} 127.0.0.1:{port}  {p['log']}")
+    return 0 if running else 3
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    state_dir = _state_dir(args)
+    state = load(state_dir)
+    if state is None:
+        raise UsageError(f"no local cluster in {state_dir}: run `gridloop local up` first")
+    print(f"export KUBECONFIG={shlex.quote(str(state.kubeconfig))}")
+    print(f'export PATH={shlex.quote(str(state_dir / "bin"))}:"$PATH"')
+    return 0
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    try:
+        text = dump_fleet(generate_fleet(args.nodes, gpus_per_node=args.gpus_per_node))
+    except FleetError as err:
+        raise UsageError(str(err)) from err
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,55 @@
+"""`gridloop local ...`: the command-line shell around the local cluster.
+
+Parses flags, calls building/cluster, prints. Decisions live elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from gridloop.local import building
+from gridloop.local.building import Progress
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    local = sub.add_parser(
+        "local",
+        help="a real Kubernetes control plane with a simulated GPU fleet on this machine",
+        description="Run a real kube-apiserver, etcd, controller-manager, scheduler and kwok "
+        "on loopback, with GPU nodes simulated from a fleet file.",
+    )
+    verbs = local.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    p = verbs.add_parser("build", help="build the control-plane binaries into the cache")
+    p.add_argument("components", nargs="*", help="only these (etcd, kubernetes, kwok, helm)")
+    p.set_defaults(func=cmd_build)
+
+    from gridloop.local import cluster_commands
+
+    cluster_commands.register(verbs)
+
+
+class _BuildPrinter:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self, p: Progress) -> None:
+        label = f"{p.binary} {p.version}"
+        if p.status == "cached":
+            print(f"  ✓ {label:<34} cached", flush=True)
+        elif p.status == "building":
+            print(f"  … {label:<34} building (log: {p.log})", flush=True)
+        else:
+            print(f"  ✓ {label:<34} built in {p.seconds:.0f}s", flush=True)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    printer = _BuildPrinter()
+    print(f"building into {building.paths.cache_root()}", flush=True)
+    building.build(args.components or None, printer)
+    print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
+    return 0
+
+

@@ -1,0 +1,167 @@
+"""Command lines for each control-plane process (pure: paths and ports in, argv out).
+
+Everything listens on 127.0.0.1 only. Choices that differ from a production
+cluster, and why:
+- etcd runs with `--unsafe-no-fsync`: this is a disposable simulator, and
+  fsync dominates write latency on a small VM (5,000 simulated nodes).
+- the API server advertises 127.0.0.1 and does not reconcile the `kubernetes`
+  Service endpoints (`--endpoint-reconciler-type=none`): a loopback address is
+  not a valid endpoint.
+- simulated nodes report 127.0.0.1 as their address and kwok's port as their
+  kubelet port, so `kubectl logs` never leaves the machine.
+- the node heartbeat is slow (see stages.py) and the grace period is long to
+  match, so 5,000 simulated nodes do not saturate two cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here; nothing connects to them
+NODE_MONITOR_GRACE = "120s"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+_OFFSETS = {
+    "etcd": 0,
+    "etcd_peer": 1,
+    "kwok": 2,
+    "controller_manager": 3,
+    "scheduler": 4,
+    "apiserver": 43,
+}
+DEFAULT_BASE_PORT = 36400
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd: int
+    etcd_peer: int
+    kwok: int
+    controller_manager: int
+    scheduler: int
+    apiserver: int
+
+    @classmethod
+    def from_base(cls, base: int) -> Ports:
+        if not 1024 <= base <= 65535 - max(_OFFSETS.values()):
+            raise ValueError(f"--base-port {base} out of range 1024..{65535 - max(_OFFSETS.values())}")
+        return cls(**{name: base + off for name, off in _OFFSETS.items()})
+
+    def by_process(self) -> dict[str, int]:
+        """Every port and the process that listens on it, for checks and `status`."""
+        names = {
+            "etcd": "etcd",
+            "etcd_peer": "etcd (peer)",
+            "kwok": "kwok",
+            "controller_manager": "kube-controller-manager",
+            "scheduler": "kube-scheduler",
+            "apiserver": "kube-apiserver",
+        }
+        return {names[k]: v for k, v in asdict(self).items()}
+
+
+def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
+    client = f"http://{LOOPBACK}:{ports.etcd}"
+    peer = f"http://{LOOPBACK}:{ports.etcd_peer}"
+    return [
+        str(binary),
+        "--name=gridloop",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=gridloop={peer}",
+        "--initial-cluster-state=new",
+        "--quota-backend-bytes=8589934592",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
+
+
+def apiserver(binary: Path, ports: Ports, pki: Path) -> list[str]:
+    return [
+        str(binary),
+        f"--etcd-servers=http://{LOOPBACK}:{ports.etcd}",
+        f"--bind-address={LOOPBACK}",
+        f"--advertise-address={LOOPBACK}",
+        f"--secure-port={ports.apiserver}",
+        "--endpoint-reconciler-type=none",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        f"--service-account-issuer={SA_ISSUER}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--authorization-mode=RBAC",
+        "--allow-privileged=true",
+        "--profiling=false",
+        "--max-requests-inflight=800",
+        "--max-mutating-requests-inflight=400",
+        # aggregation layer (APIService backends such as Kueue's visibility API)
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        "--enable-aggregator-routing=false",
+    ]
+
+
+def controller_manager(binary: Path, ports: Ports, pki: Path) -> list[str]:
+    kubeconfig = pki / "controller-manager.kubeconfig"
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={ports.controller_manager}",
+        "--leader-elect=false",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        "--use-service-account-credentials=true",
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
+        "--profiling=false",
+    ]
+
+
+def scheduler(binary: Path, ports: Ports, pki: Path) -> list[str]:
+    kubeconfig = pki / "scheduler.kubeconfig"
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={LOOPBACK}",
+        f"--secure-port={ports.scheduler}",
+        "--leader-elect=false",
+        "--profiling=false",
+    ]
+
+
+def kwok(binary: Path, ports: Ports, pki: Path, config: Path, node_label: str) -> list[str]:
+    return [
+        str(binary),
+        f"--kubeconfig={pki / 'kwok.kubeconfig'}",
+        f"--config={config}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-label-selector={node_label}=true",
+        f"--server-address={LOOPBACK}:{ports.kwok}",
+        f"--node-ip={LOOPBACK}",
+        f"--node-port={ports.kwok}",
+        f"--cidr={POD_CIDR}",
+        # one INFO line per status patch would be ~100 MB of log for 5,000 nodes
+        "--v=WARN",
+    ]

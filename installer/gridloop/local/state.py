@@ -1,0 +1,65 @@
+"""The state directory of one local cluster, and the record of what runs there.
+
+    <state>/state.json     ports, pids and command lines, fleet, start time
+    <state>/kubeconfig     admin kubeconfig (what `gridloop local env` exports)
+    <state>/bin/           kubectl and helm (links into the build cache)
+    <state>/pki/           certificates, keys, per-component kubeconfigs
+    <state>/etcd/          etcd's data
+    <state>/logs/          one log per process
+    <state>/kwok.yaml      kwok's configuration and stages
+    <state>/fleet.yaml     the fleet the cluster was started with
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gridloop.local.flags import Ports
+from gridloop.local.processes import Proc
+
+
+@dataclass
+class State:
+    dir: Path
+    base_port: int
+    ports: Ports
+    processes: list[Proc] = field(default_factory=list)
+    fleet_name: str = ""
+    nodes: int = 0
+    started_at: float = 0.0
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    def save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        data = asdict(self)
+        data["dir"] = str(self.dir)
+        tmp = self.dir / ".state.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, self.dir / "state.json")
+
+
+def load(dir: Path) -> State | None:
+    path = dir / "state.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return State(
+        dir=dir,
+        base_port=data["base_port"],
+        ports=Ports(**data["ports"]),
+        processes=[Proc(p["name"], p["pid"], tuple(p["argv"]), p["log"])
+                   for p in data.get("processes", [])],
+        fleet_name=data.get("fleet_name", ""),
+        nodes=data.get("nodes", 0),
+        started_at=data.get("started_at", 0.0),
+    )

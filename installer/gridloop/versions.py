@@ -1,0 +1,65 @@
+"""Read the pinned upstream versions (`versions.yaml`, the one place they live).
+
+In a source checkout the file is at the repository root; in a built wheel it is
+packaged next to this module. Nothing here may hard-code a version.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from gridloop.errors import UsageError
+
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    version: str
+    module: str
+
+    @property
+    def minor(self) -> str:
+        """`v1.35.4` -> `35` (Kubernetes' gitMinor)."""
+        return self.version.lstrip("v").split(".")[1]
+
+
+def versions_file() -> Path:
+    override = os.environ.get("GRIDLOOP_VERSIONS_FILE")
+    if override:
+        return Path(override)
+    for candidate in (_HERE.parents[1] / "versions.yaml", _HERE / "versions.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise UsageError("versions.yaml not found next to the gridloop package or at the repo root")
+
+
+@cache
+def load() -> dict[str, Component]:
+    path = versions_file()
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of component -> version")
+    out: dict[str, Component] = {}
+    for name, spec in data.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("version"), str):
+            raise UsageError(f"{path}: {name}.version: missing or not a string")
+        out[name] = Component(
+            name=name,
+            version=spec["version"],
+            module=str(spec.get("module", "")),
+        )
+    return out
+
+
+def get(name: str) -> Component:
+    components = load()
+    if name not in components:
+        raise UsageError(f"versions.yaml: no component named {name!r}")
+    return components[name]

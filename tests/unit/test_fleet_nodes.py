@@ -1,0 +1,193 @@
+"""A fleet expands into named, zoned nodes that look like real GPU nodes to the scheduler."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gridloop.fleet import (
+    LABEL_POOL,
+    LABEL_SITE,
+    LABEL_ZONE,
+    SIMULATED_LABEL,
+    Fleet,
+    load_fleet,
+    node_manifest,
+    parse_fleet,
+    planned_nodes,
+)
+
+REPO = Path(__file__).parents[2]
+DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
+
+
+def one_site_fleet(zones: list[str], pools: list[tuple[str, str, int, int]]) -> Fleet:
+    """A fleet of one cloud site; pools are (name, gpu, nodes, gpusPerNode)."""
+    return parse_fleet(
+        {
+            "apiVersion": "gridloop.io/v1alpha1",
+            "kind": "Fleet",
+            "metadata": {"name": "test"},
+            "sites": [
+                {
+                    "name": "lab",
+                    "type": "cloud",
+                    "region": "us-east-1",
+                    "zones": zones,
+                    "pools": [
+                        {"name": name, "gpu": gpu, "nodes": nodes, "gpusPerNode": per_node}
+                        for name, gpu, nodes, per_node in pools
+                    ],
+                }
+            ],
+        }
+    )
+
+
+def manifest_of(name: str) -> dict[str, Any]:
+    nodes = {node.name: node for node in planned_nodes(load_fleet(DEFAULT_FLEET))}
+    return node_manifest(nodes[name])
+
+
+def test_default_fleet_plans_24_uniquely_named_nodes() -> None:
+    nodes = planned_nodes(load_fleet(DEFAULT_FLEET))
+
+    assert len(nodes) == 24
+    assert len({node.name for node in nodes}) == 24
+    assert nodes[0].name == "us-east-h100-000"
+    assert nodes[-1].name == "onprem-fra-a100-007"
+
+
+def test_fleet_iterator_yields_the_same_nodes_as_the_list() -> None:
+    fleet = load_fleet(DEFAULT_FLEET)
+
+    assert list(fleet.planned_nodes()) == planned_nodes(fleet)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "last_name"),
+    [(1, "lab-h100-000"), (12, "lab-h100-011"), (1000, "lab-h100-999"), (1001, "lab-h100-1000")],
+)
+def test_node_index_is_padded_to_three_digits_and_widens_past_999(
+    nodes: int, last_name: str
+) -> None:
+    fleet = one_site_fleet(["a"], [("h100", "H100-80GB", nodes, 8)])
+
+    names = [node.name for node in planned_nodes(fleet)]
+
+    assert names[0] == "lab-h100-000"
+    assert names[-1] == last_name
+
+
+def test_growing_a_pool_keeps_existing_node_names_and_zones() -> None:
+    small = one_site_fleet(["a", "b", "c"], [("h100", "H100-80GB", 5, 8), ("l4", "L4", 2, 8)])
+    large = one_site_fleet(["a", "b", "c"], [("h100", "H100-80GB", 1200, 8), ("l4", "L4", 2, 8)])
+
+    before = {(node.name, node.zone) for node in planned_nodes(small)}
+    after = {(node.name, node.zone) for node in planned_nodes(large)}
+
+    assert before <= after
+
+
+@pytest.mark.parametrize(
+    ("zones", "nodes", "per_zone"),
+    [(["a", "b"], 8, {"a": 4, "b": 4}), (["a", "b", "c"], 7, {"a": 3, "b": 2, "c": 2})],
+)
+def test_nodes_are_spread_round_robin_over_zones(
+    zones: list[str], nodes: int, per_zone: dict[str, int]
+) -> None:
+    fleet = one_site_fleet(zones, [("h100", "H100-80GB", nodes, 8)])
+
+    assert Counter(node.zone for node in planned_nodes(fleet)) == per_zone
+
+
+def test_single_node_pools_do_not_all_land_in_the_first_zone() -> None:
+    pools = [(f"p{i}", "L4", 1, 8) for i in range(3)]
+    fleet = one_site_fleet(["a", "b", "c"], pools)
+
+    assert [node.zone for node in planned_nodes(fleet)] == ["a", "b", "c"]
+
+
+def test_node_carries_gpu_capacity_and_topology_labels() -> None:
+    node = manifest_of("eu-west-a100-002")
+
+    assert node["apiVersion"] == "v1"
+    assert node["kind"] == "Node"
+    assert node["metadata"]["labels"] == {
+        "kubernetes.io/hostname": "eu-west-a100-002",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "p4de.24xlarge",
+        "topology.kubernetes.io/region": "eu-west-1",
+        "topology.kubernetes.io/zone": "eu-west-1b",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.memory": "81920",
+        "gridloop.io/site": "eu-west",
+        "gridloop.io/site-type": "cloud",
+        "gridloop.io/pool": "a100",
+        "gridloop.io/simulated": "true",
+    }
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+
+
+def test_node_is_marked_for_kwok_and_has_no_taints() -> None:
+    node = manifest_of("onprem-fra-a100-000")
+
+    assert node["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+    assert node["metadata"]["labels"][SIMULATED_LABEL] == "true"
+    assert node["metadata"]["labels"]["gridloop.io/site-type"] == "on-prem"
+    assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "dgx-a100"
+    assert "taints" not in node["spec"]
+    assert node["status"]["nodeInfo"] == {"architecture": "amd64", "operatingSystem": "linux"}
+
+
+def _quantity(value: str) -> float:
+    """Enough of the Kubernetes quantity format for what node_manifest emits."""
+    for suffix, factor in (("m", 0.001), ("Ki", 1024.0), ("Gi", 1024.0**3)):
+        if value.endswith(suffix):
+            return float(value[: -len(suffix)]) * factor
+    return float(value)
+
+
+@pytest.mark.parametrize("resource", ["cpu", "memory", "ephemeral-storage"])
+def test_allocatable_is_slightly_less_than_capacity_like_a_kubelet_reserve(resource: str) -> None:
+    status = manifest_of("us-east-h100-000")["status"]
+
+    capacity = _quantity(status["capacity"][resource])
+    allocatable = _quantity(status["allocatable"][resource])
+
+    assert 0.85 * capacity < allocatable < capacity
+
+
+def test_h100_node_has_the_p5_shape() -> None:
+    capacity = manifest_of("us-east-h100-000")["status"]["capacity"]
+
+    assert capacity["cpu"] == "192"
+    assert _quantity(capacity["memory"]) == 2048 * 1024**3
+    assert capacity["pods"] == "110"
+
+
+@pytest.mark.parametrize(("per_node", "cpu"), [(1, "24"), (4, "96"), (8, "192"), (16, "384")])
+def test_cpu_scales_with_gpus_per_node(per_node: int, cpu: str) -> None:
+    fleet = one_site_fleet(["a"], [("h100", "H100-80GB", 1, per_node)])
+
+    status = node_manifest(planned_nodes(fleet)[0])["status"]
+
+    assert status["capacity"]["cpu"] == cpu
+    assert status["capacity"]["nvidia.com/gpu"] == str(per_node)
+
+
+def test_site_and_pool_labels_match_the_planned_node() -> None:
+    for node in planned_nodes(load_fleet(DEFAULT_FLEET)):
+        labels = node_manifest(node)["metadata"]["labels"]
+        assert (labels[LABEL_SITE], labels[LABEL_POOL], labels[LABEL_ZONE]) == (
+            node.site,
+            node.pool,
+            node.zone,
+        )

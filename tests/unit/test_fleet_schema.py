@@ -1,0 +1,242 @@
+"""The fleet file is validated once, and every mistake names the file and the field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gridloop.fleet import GPU_MODELS, FleetError, load_fleet, parse_fleet
+
+REPO = Path(__file__).parents[2]
+DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
+_MISSING = object()
+
+
+def fleet_doc() -> dict[str, Any]:
+    """A small valid fleet document; each test changes one thing in it."""
+    return {
+        "apiVersion": "gridloop.io/v1alpha1",
+        "kind": "Fleet",
+        "metadata": {"name": "test"},
+        "sites": [
+            {
+                "name": "us-east",
+                "type": "cloud",
+                "region": "us-east-1",
+                "zones": ["us-east-1a", "us-east-1b"],
+                "pools": [
+                    {"name": "h100", "gpu": "H100-80GB", "nodes": 2, "gpusPerNode": 8},
+                    {"name": "l4", "gpu": "L4", "nodes": 1, "gpusPerNode": 4},
+                ],
+            },
+            {
+                "name": "onprem-fra",
+                "type": "on-prem",
+                "region": "on-prem-fra",
+                "zones": ["rack-a"],
+                "pools": [{"name": "a100", "gpu": "A100-80GB", "nodes": 3, "gpusPerNode": 8}],
+            },
+        ],
+    }
+
+
+def changed(path: str, value: object) -> dict[str, Any]:
+    """``fleet_doc()`` with the field at ``path`` (e.g. ``sites[0].zones``) set or removed."""
+    doc = fleet_doc()
+    parts = [int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", path) if p]
+    parent: Any = doc
+    for part in parts[:-1]:
+        parent = parent[part]
+    if value is _MISSING:
+        del parent[parts[-1]]
+    else:
+        parent[parts[-1]] = value
+    return doc
+
+
+def test_default_fleet_has_24_nodes_in_three_sites() -> None:
+    fleet = load_fleet(DEFAULT_FLEET)
+
+    assert fleet.name == "default"
+    assert [site.name for site in fleet.sites] == ["us-east", "eu-west", "onprem-fra"]
+    assert [site.type for site in fleet.sites] == ["cloud", "cloud", "on-prem"]
+    assert fleet.node_count == 24
+    assert fleet.gpu_count == 192
+    assert {pool.gpu for site in fleet.sites for pool in site.pools} == {"H100-80GB", "A100-80GB"}
+
+
+def test_valid_document_becomes_snake_case_dataclasses() -> None:
+    fleet = parse_fleet(fleet_doc())
+
+    pool = fleet.sites[0].pools[1]
+    assert (pool.name, pool.gpu, pool.nodes, pool.gpus_per_node) == ("l4", "L4", 1, 4)
+    assert fleet.sites[1].zones == ("rack-a",)
+    assert fleet.node_count == 6
+    assert fleet.gpu_count == 2 * 8 + 4 + 3 * 8
+
+
+@pytest.mark.parametrize(
+    ("site", "expected"),
+    [(0, "p5.48xlarge"), (1, "dgx-a100")],
+    ids=["cloud", "on-prem"],
+)
+def test_missing_instance_type_defaults_from_catalog_by_site_type(site: int, expected: str) -> None:
+    fleet = parse_fleet(fleet_doc())
+
+    assert fleet.sites[site].pools[0].instance_type == expected
+
+
+def test_explicit_instance_type_is_kept() -> None:
+    fleet = parse_fleet(changed("sites[0].pools[0].instanceType", "p5e.48xlarge"))
+
+    assert fleet.sites[0].pools[0].instance_type == "p5e.48xlarge"
+
+
+def test_pool_of_zero_nodes_is_allowed() -> None:
+    fleet = parse_fleet(changed("sites[0].pools[0].nodes", 0))
+
+    assert fleet.sites[0].pools[0].nodes == 0
+
+
+def test_unknown_gpu_model_names_the_field() -> None:
+    with pytest.raises(FleetError) as caught:
+        parse_fleet(changed("sites[1].pools[0].gpu", "H900"), "examples/fleets/bad.yaml")
+
+    known = ", ".join(sorted(GPU_MODELS))
+    assert str(caught.value) == (
+        "examples/fleets/bad.yaml: sites[1].pools[0].gpu: "
+        f"unknown GPU model 'H900' (known: {known})"
+    )
+
+
+def test_negative_node_count_is_rejected() -> None:
+    with pytest.raises(FleetError) as caught:
+        parse_fleet(changed("sites[0].pools[1].nodes", -3), "fleet.yaml")
+
+    assert str(caught.value) == (
+        "fleet.yaml: sites[0].pools[1].nodes: must be a non-negative integer, got -3"
+    )
+    assert caught.value.path == "sites[0].pools[1].nodes"
+
+
+BAD_INPUTS = [
+    ("not-a-mapping", None, ["a", "list"], "", "must be a mapping, got a list"),
+    ("wrong-api-version", "apiVersion", "v1", "apiVersion", "must be gridloop.io/v1alpha1"),
+    ("missing-api-version", "apiVersion", _MISSING, "apiVersion", "required field is missing"),
+    ("wrong-kind", "kind", "Cluster", "kind", "must be Fleet, got 'Cluster'"),
+    ("missing-metadata", "metadata", _MISSING, "metadata", "required field is missing"),
+    ("missing-name", "metadata.name", _MISSING, "metadata.name", "required field is missing"),
+    ("unknown-top-key", "spec", {}, "", "unknown field 'spec'"),
+    ("unknown-metadata-key", "metadata.labels", {}, "metadata", "unknown field 'labels'"),
+    ("unknown-site-key", "sites[0].pool", [], "sites[0]", "unknown field 'pool'"),
+    ("unknown-pool-key", "sites[1].pools[0].gpus", 8, "sites[1].pools[0]", "unknown field"),
+    ("sites-missing", "sites", _MISSING, "sites", "required field is missing"),
+    ("sites-empty", "sites", [], "sites", "must be a non-empty list, got a list"),
+    ("sites-a-mapping", "sites", {}, "sites", "must be a non-empty list, got a mapping"),
+    ("site-a-string", "sites[0]", "us-east", "sites[0]", "must be a mapping, got 'us-east'"),
+    ("site-name-uppercase", "sites[0].name", "US-East", "sites[0].name", "DNS-1123 label"),
+    ("site-name-too-long", "sites[0].name", "a" * 64, "sites[0].name", "DNS-1123 label"),
+    ("site-type-unknown", "sites[0].type", "edge", "sites[0].type", "must be cloud or on-prem"),
+    ("region-missing", "sites[0].region", _MISSING, "sites[0].region", "required"),
+    ("region-a-number", "sites[0].region", 1, "sites[0].region", "label value"),
+    ("zones-empty", "sites[0].zones", [], "sites[0].zones", "must be a non-empty list"),
+    ("zones-a-string", "sites[0].zones", "us-east-1a", "sites[0].zones", "non-empty list"),
+    ("zone-not-a-string", "sites[0].zones[1]", 7, "sites[0].zones[1]", "got 7"),
+    ("zone-duplicated", "sites[0].zones[1]", "us-east-1a", "sites[0].zones[1]", "duplicate zone"),
+    ("pools-empty", "sites[1].pools", [], "sites[1].pools", "must be a non-empty list"),
+    ("gpu-missing", "sites[0].pools[0].gpu", _MISSING, "sites[0].pools[0].gpu", "required"),
+    ("gpu-a-list", "sites[0].pools[0].gpu", ["L4"], "sites[0].pools[0].gpu", "name, got a list"),
+    ("nodes-a-string", "sites[0].pools[0].nodes", "8", "sites[0].pools[0].nodes", "got '8'"),
+    ("nodes-a-bool", "sites[0].pools[0].nodes", True, "sites[0].pools[0].nodes", "got true"),
+    ("nodes-a-float", "sites[0].pools[0].nodes", 2.0, "sites[0].pools[0].nodes", "got 2.0"),
+    ("nodes-null", "sites[0].pools[0].nodes", None, "sites[0].pools[0].nodes", "got null"),
+    ("gpus-zero", "sites[0].pools[0].gpusPerNode", 0, "sites[0].pools[0].gpusPerNode", "1 to 16"),
+    ("gpus-17", "sites[0].pools[0].gpusPerNode", 17, "sites[0].pools[0].gpusPerNode", "got 17"),
+    ("instance-type-bad", "sites[0].pools[0].instanceType", "p5 48x", "instanceType", "label"),
+    ("duplicate-site", "sites[1].name", "us-east", "sites[1].name", "duplicate site name"),
+    ("duplicate-pool", "sites[0].pools[1].name", "h100", "sites[0].pools[1].name", "duplicate"),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path", "message"),
+    [case[1:] for case in BAD_INPUTS],
+    ids=[case[0] for case in BAD_INPUTS],
+)
+def test_every_bad_input_gives_one_line(
+    field: str | None, value: object, path: str, message: str
+) -> None:
+    doc = value if field is None else changed(field, value)
+
+    with pytest.raises(FleetError) as caught:
+        parse_fleet(doc, "fleet.yaml")
+
+    text = str(caught.value)
+    assert "\n" not in text
+    assert text.startswith("fleet.yaml: ")
+    assert path in text
+    assert message in text
+
+
+def test_site_and_pool_names_that_make_the_same_node_names_are_rejected() -> None:
+    doc = fleet_doc()
+    doc["sites"][0]["name"] = "a-b"
+    doc["sites"][0]["pools"][0]["name"] = "c"
+    doc["sites"][1]["name"] = "a"
+    doc["sites"][1]["pools"][0]["name"] = "b-c"
+
+    with pytest.raises(FleetError, match=r"sites\[1\]\.pools\[0\]\.name: node names a-b-c-NNN"):
+        parse_fleet(doc)
+
+
+@pytest.mark.parametrize(
+    ("site_length", "nodes", "accepted"),
+    [(56, 1000, True), (56, 1001, False), (57, 1000, False)],
+    ids=["fits-exactly", "index-widens-past-63", "site-name-too-long"],
+)
+def test_node_names_must_fit_in_63_characters(site_length: int, nodes: int, accepted: bool) -> None:
+    # "<site>-l4-999" is site_length + 7 characters; index 1000 adds one more.
+    doc = changed("sites[0].name", "s" * site_length)
+    doc["sites"][0]["pools"] = [{"name": "l4", "gpu": "L4", "nodes": nodes, "gpusPerNode": 8}]
+
+    if accepted:
+        assert parse_fleet(doc).node_count == nodes + 3
+    else:
+        with pytest.raises(
+            FleetError, match=r"sites\[0\]\.pools\[0\]\.name: node name .*at most 63"
+        ):
+            parse_fleet(doc)
+
+
+def test_load_fleet_names_the_yaml_line_of_a_syntax_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("apiVersion: gridloop.io/v1alpha1\nsites: [unclosed\n")
+
+    with pytest.raises(FleetError) as caught:
+        load_fleet(path)
+
+    text = str(caught.value)
+    assert text.startswith(f"{path}: line ")
+    assert "invalid YAML" in text
+    assert "\n" not in text
+
+
+def test_load_fleet_rejects_duplicate_keys(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(DEFAULT_FLEET.read_text().replace("kind: Fleet", "kind: Fleet\nkind: Fleet"))
+
+    with pytest.raises(FleetError, match=r"duplicate key 'kind'"):
+        load_fleet(path)
+
+
+def test_missing_fleet_file_is_a_fleet_error(tmp_path: Path) -> None:
+    with pytest.raises(FleetError, match=r"nope\.yaml: cannot read fleet file"):
+        load_fleet(tmp_path / "nope.yaml")
+
+
+def test_fleet_error_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        parse_fleet([])
