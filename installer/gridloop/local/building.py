@@ -81,11 +81,14 @@ def check_go(for_what: str) -> str:
     go = shutil.which("go")
     want = ".".join(map(str, MIN_GO))
     if go is None:
-        raise BuildError(f"go toolchain not found on PATH: needed to build {for_what} (install Go >= {want})")
+        raise BuildError(
+            f"go toolchain not found on PATH: needed to build {for_what} (install Go >= {want})"
+        )
     out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False)
-    m = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
+    have = out.stdout.strip() or "?"
+    m = re.match(r"go(\d+)\.(\d+)", have)
     if not m or (int(m.group(1)), int(m.group(2))) < MIN_GO:
-        raise BuildError(f"go toolchain {out.stdout.strip() or '?'} is too old to build {for_what}: need Go >= {want}")
+        raise BuildError(f"go toolchain {have} is too old to build {for_what}: need Go >= {want}")
     return go
 
 
@@ -136,8 +139,15 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
     env = _go_env(folder)
     what = f"building {comp.name} {comp.version}"
 
-    info = json.loads(_run([go, "mod", "download", "-json", f"{comp.module}@{comp.version}"],
-                           src, log, env, f"{what}: downloading {comp.module}"))
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"{comp.module}@{comp.version}"],
+            src,
+            log,
+            env,
+            f"{what}: downloading {comp.module}",
+        )
+    )
     upstream = Path(info["GoMod"]).read_text()
     wrapper = wrapper_for(
         path=f"gridloop.local/build/{comp.name}",

@@ -98,9 +98,15 @@ def _ca(dir: Path, stem: str, cn: str) -> tuple[x509.Certificate, PrivateKey]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -153,8 +159,15 @@ def ensure_pki(dir: Path) -> Pki:
     """Create (or keep) every certificate and key the control plane needs."""
     dir.mkdir(parents=True, exist_ok=True)
     ca = _ca(dir, "ca", "gridloop-local-ca")
-    issue(dir, "apiserver", ca, "kube-apiserver", dns=API_SANS, ips=("127.0.0.1", SERVICE_IP),
-          server=True)
+    issue(
+        dir,
+        "apiserver",
+        ca,
+        "kube-apiserver",
+        dns=API_SANS,
+        ips=("127.0.0.1", SERVICE_IP),
+        server=True,
+    )
     for client, (cn, orgs) in CLIENTS.items():
         issue(dir, client, ca, cn, orgs=orgs)
     front = _ca(dir, "front-proxy-ca", "gridloop-local-front-proxy-ca")
@@ -178,16 +191,25 @@ def write_kubeconfigs(pki: Pki, server: str) -> None:
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": CONTEXT, "cluster": {"server": server,
-                                                       "certificate-authority-data": ca}}],
-            "users": [{"name": f"{CONTEXT}-{client}", "user": {
-                "client-certificate-data": base64.b64encode(
-                    pki.path(f"{client}.crt").read_bytes()).decode(),
-                "client-key-data": base64.b64encode(
-                    pki.path(f"{client}.key").read_bytes()).decode(),
-            }}],
-            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT,
-                                                       "user": f"{CONTEXT}-{client}"}}],
+            "clusters": [
+                {"name": CONTEXT, "cluster": {"server": server, "certificate-authority-data": ca}}
+            ],
+            "users": [
+                {
+                    "name": f"{CONTEXT}-{client}",
+                    "user": {
+                        "client-certificate-data": base64.b64encode(
+                            pki.path(f"{client}.crt").read_bytes()
+                        ).decode(),
+                        "client-key-data": base64.b64encode(
+                            pki.path(f"{client}.key").read_bytes()
+                        ).decode(),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": f"{CONTEXT}-{client}"}}
+            ],
             "current-context": CONTEXT,
         }
         path = pki.kubeconfig(client)

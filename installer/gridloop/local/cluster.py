@@ -70,11 +70,17 @@ def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> U
     if previous and alive:
         say(f"found a partly running cluster ({', '.join(p.name for p in alive)}): restarting it")
         _stop_all(previous)
-    binaries = _binaries(say)
     processes.check_ports_free(ports.by_process())
+    binaries = _binaries(say)
 
-    state = State(dir=state_dir, base_port=base_port, ports=ports, fleet_name=fleet.name,
-                  nodes=fleet.node_count, started_at=time.time())
+    state = State(
+        dir=state_dir,
+        base_port=base_port,
+        ports=ports,
+        fleet_name=fleet.name,
+        nodes=fleet.node_count,
+        started_at=time.time(),
+    )
     _prepare(state, fleet_path, binaries)
     t0 = time.monotonic()
     try:
@@ -82,10 +88,13 @@ def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> U
         started = time.monotonic() - t0
         api = kube.api_client(state.kubeconfig)
         result = simulated_nodes.sync(api, fleet)
-        say(f"fleet {fleet.name}: {fleet.node_count} nodes, {fleet.gpu_count} GPUs "
-            f"({result.created} created, {result.deleted} removed, {result.kept} kept)")
-        ready = simulated_nodes.wait_ready(api, fleet.node_count,
-                                           timeout=60 + fleet.node_count / 25)
+        say(
+            f"fleet {fleet.name}: {fleet.node_count} nodes, {fleet.gpu_count} GPUs "
+            f"({result.created} created, {result.deleted} removed, {result.kept} kept)"
+        )
+        ready = simulated_nodes.wait_ready(
+            api, fleet.node_count, timeout=60 + fleet.node_count / 25
+        )
     except BaseException:
         _stop_all(state)
         raise
@@ -156,8 +165,9 @@ def _ssl(pki: Path) -> ssl.SSLContext:
 
 def healthy(name: str, state: State) -> bool:
     try:
-        with urllib.request.urlopen(_health_url(name, state.ports), timeout=2,
-                                    context=_ssl(state.dir / "pki")) as resp:
+        with urllib.request.urlopen(
+            _health_url(name, state.ports), timeout=2, context=_ssl(state.dir / "pki")
+        ) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -166,16 +176,18 @@ def healthy(name: str, state: State) -> bool:
 def _start_all(state: State, binaries: dict[str, Path], say: Say) -> None:
     for name in ORDER:
         t0 = time.monotonic()
-        proc = processes.start(name, _argv(name, state, binaries),
-                               state.dir / "logs" / f"{name}.log", state.dir)
+        proc = processes.start(
+            name, _argv(name, state, binaries), state.dir / "logs" / f"{name}.log", state.dir
+        )
         state.processes.append(proc)
         state.save()
         while not healthy(name, state):
             if not processes.alive(proc):
                 raise processes.exited_error(proc, "start-up")
             if time.monotonic() - t0 > START_TIMEOUT:
-                raise ClusterError(f"{name} did not become healthy within {START_TIMEOUT:.0f}s "
-                                   f"(log: {proc.log})")
+                raise ClusterError(
+                    f"{name} did not become healthy within {START_TIMEOUT:.0f}s (log: {proc.log})"
+                )
             time.sleep(0.1)
         say(f"  ✓ {name:<24} pid {proc.pid:<8} ready in {time.monotonic() - t0:.1f}s")
 

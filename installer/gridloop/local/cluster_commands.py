@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from gridloop.errors import ClusterError, UsageError
@@ -18,16 +19,25 @@ from gridloop.local.state import load
 
 def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def with_state(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--state-dir", type=Path, default=None,
-                       help=f"where the cluster keeps its state (default {paths.state_root()})")
+        p.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help=f"where the cluster keeps its state (default {paths.state_root()})",
+        )
         return p
 
     p = with_state(verbs.add_parser("up", help="start the local cluster and its simulated fleet"))
-    p.add_argument("--fleet", type=Path, default=None,
-                   help="fleet file (default examples/fleets/default.yaml)")
-    p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
-                   help=f"first of the loopback ports used (default {DEFAULT_BASE_PORT}; "
-                   "the API server listens on base+43)")
+    p.add_argument(
+        "--fleet", type=Path, default=None, help="fleet file (default examples/fleets/default.yaml)"
+    )
+    p.add_argument(
+        "--base-port",
+        type=int,
+        default=DEFAULT_BASE_PORT,
+        help=f"first of the loopback ports used (default {DEFAULT_BASE_PORT}; "
+        "the API server listens on base+43)",
+    )
     p.set_defaults(func=cmd_up)
 
     p = with_state(verbs.add_parser("down", help="stop every process the cluster started"))
@@ -38,8 +48,11 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--output", "-o", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_status)
 
-    p = with_state(verbs.add_parser("env", help="shell exports for kubectl and helm: "
-                                    'eval "$(gridloop local env)"'))
+    p = with_state(
+        verbs.add_parser(
+            "env", help='shell exports for kubectl and helm: eval "$(gridloop local env)"'
+        )
+    )
     p.set_defaults(func=cmd_env)
 
     p = verbs.add_parser("fleet", help="generate a large fleet file")
@@ -61,11 +74,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     res = cluster.up(state_dir, fleet, args.base_port, say=lambda m: print(m, flush=True))
     if res.already_running:
-        print(f"already running: {res.state.server} ({len(res.state.processes)} processes, "
-              f"fleet {res.state.fleet_name}, state {state_dir}); nothing changed")
+        print(
+            f"already running: {res.state.server} ({len(res.state.processes)} processes, "
+            f"fleet {res.state.fleet_name}, state {state_dir}); nothing changed"
+        )
         return 0
-    print(f"cluster up in {time.monotonic() - t0:.1f}s: control plane {res.started_seconds:.1f}s, "
-          f"{res.state.nodes} nodes Ready {res.ready_seconds:.1f}s later")
+    print(
+        f"cluster up in {time.monotonic() - t0:.1f}s: control plane {res.started_seconds:.1f}s, "
+        f"{res.state.nodes} nodes Ready {res.ready_seconds:.1f}s later"
+    )
     print(f'use it: eval "$(gridloop local env{_state_flag(args)})"; kubectl get nodes')
     return 0
 
@@ -88,15 +105,21 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
     state = load(state_dir)
-    procs = [] if state is None else [
-        {"name": p.name, "pid": p.pid, "running": processes.alive(p), "log": p.log}
-        for p in state.processes
-    ]
+    procs = (
+        []
+        if state is None
+        else [
+            {"name": p.name, "pid": p.pid, "running": processes.alive(p), "log": p.log}
+            for p in state.processes
+        ]
+    )
     running = bool(procs) and all(p["running"] for p in procs)
     ready = total = None
+    rows: list[simulated_nodes.PoolRow] = []
     if running and state is not None:
         try:
-            ready, total = simulated_nodes.count_ready(kube.api_client(state.kubeconfig))
+            rows = simulated_nodes.fleet_rows(kube.api_client(state.kubeconfig))
+            ready, total = sum(r.ready for r in rows), sum(r.nodes for r in rows)
         except Exception as err:  # status must report, not crash, on an unreachable API
             print(f"warning: API server unreachable: {err}", file=sys.stderr)
     info = {
@@ -108,6 +131,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "nodes": {"ready": ready, "total": total, "expected": state.nodes if state else 0},
         "ports": state.ports.by_process() if state else {},
         "processes": procs,
+        "pools": [asdict(r) for r in rows],
     }
     if args.output == "json":
         print(json.dumps(info, indent=2))
@@ -118,14 +142,33 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 3
     print(f"cluster:    {'running' if running else 'stopped'}  {state.server}")
     print(f"kubeconfig: {state.kubeconfig}")
-    print(f"fleet:      {state.fleet_name}, nodes Ready {ready}/{total} "
-          f"(fleet has {state.nodes})" if running else f"fleet:      {state.fleet_name}")
+    print(
+        f"fleet:      {state.fleet_name}, nodes Ready {ready}/{total} (fleet has {state.nodes})"
+        if running
+        else f"fleet:      {state.fleet_name}"
+    )
     ports = {v: k for k, v in state.ports.by_process().items()}
     for p in procs:
         port = next((n for n, owner in ports.items() if owner == p["name"]), "")
         mark = "running" if p["running"] else "dead"
         print(f"  {p['name']:<24} pid {p['pid']:<8} {mark:<8} 127.0.0.1:{port}  {p['log']}")
+    if rows:
+        _print_pools(rows)
     return 0 if running else 3
+
+
+def _print_pools(rows: list[simulated_nodes.PoolRow]) -> None:
+    head = ("SITE", "TYPE", "REGION", "POOL", "GPU", "READY", "GPUS")
+    table = [head] + [
+        (r.site, r.site_type, r.region, r.pool, r.product, f"{r.ready}/{r.nodes}", str(r.gpus))
+        for r in rows
+    ]
+    ready, nodes = sum(r.ready for r in rows), sum(r.nodes for r in rows)
+    table.append(("", "", "", "", "total", f"{ready}/{nodes}", str(sum(r.gpus for r in rows))))
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    print()
+    for row in table:
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 def cmd_env(args: argparse.Namespace) -> int:

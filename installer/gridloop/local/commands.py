@@ -9,7 +9,7 @@ import argparse
 import sys
 import time
 
-from gridloop.local import building
+from gridloop.local import building, paths
 from gridloop.local.building import Progress
 
 
@@ -47,9 +47,7 @@ class _BuildPrinter:
 
 def cmd_build(args: argparse.Namespace) -> int:
     printer = _BuildPrinter()
-    print(f"building into {building.paths.cache_root()}", flush=True)
+    print(f"building into {paths.cache_root()}", flush=True)
     building.build(args.components or None, printer)
     print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
     return 0
-
-

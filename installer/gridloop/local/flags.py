@@ -47,7 +47,9 @@ class Ports:
     @classmethod
     def from_base(cls, base: int) -> Ports:
         if not 1024 <= base <= 65535 - max(_OFFSETS.values()):
-            raise ValueError(f"--base-port {base} out of range 1024..{65535 - max(_OFFSETS.values())}")
+            raise ValueError(
+                f"--base-port {base} out of range 1024..{65535 - max(_OFFSETS.values())}"
+            )
         return cls(**{name: base + off for name, off in _OFFSETS.items()})
 
     def by_process(self) -> dict[str, int]:

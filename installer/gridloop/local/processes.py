@@ -32,8 +32,12 @@ def start(name: str, argv: list[str], log: Path, cwd: Path) -> Proc:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         child = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=cwd, start_new_session=True,  # survives the CLI; stopped by `down`
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,  # survives the CLI; stopped by `down`
         )
     return Proc(name=name, pid=child.pid, argv=tuple(argv), log=str(log))
 
@@ -80,6 +84,8 @@ def stop(proc: Proc, timeout: float = 15.0) -> None:
 
 def port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as Go's listeners do: connections in TIME_WAIT do not make a port busy
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError as err:
@@ -113,6 +119,5 @@ def last_log_line(proc: Proc) -> str:
 
 
 def exited_error(proc: Proc, during: str) -> ClusterError:
-    return ClusterError(
-        f"{proc.name} exited during {during}: {last_log_line(proc) or 'no output'} (log: {proc.log})"
-    )
+    last = last_log_line(proc) or "no output"
+    return ClusterError(f"{proc.name} exited during {during}: {last} (log: {proc.log})")

@@ -19,7 +19,18 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gridloop.errors import ClusterError
-from gridloop.fleet import SIMULATED_LABEL, Fleet, node_manifest, planned_nodes
+from gridloop.fleet import (
+    LABEL_GPU_PRODUCT,
+    LABEL_POOL,
+    LABEL_REGION,
+    LABEL_SITE,
+    LABEL_SITE_TYPE,
+    RESOURCE_GPU,
+    SIMULATED_LABEL,
+    Fleet,
+    node_manifest,
+    planned_nodes,
+)
 
 SELECTOR = f"{SIMULATED_LABEL}=true"
 
@@ -71,11 +82,61 @@ def _is_ready(node: dict[str, Any]) -> bool:
     return False
 
 
+def _list(api: client.ApiClient) -> list[dict[str, Any]]:
+    resp = client.CoreV1Api(api).list_node(label_selector=SELECTOR, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+    return items
+
+
 def count_ready(api: client.ApiClient) -> tuple[int, int]:
     """(ready, total) among simulated nodes."""
-    resp = client.CoreV1Api(api).list_node(label_selector=SELECTOR, _preload_content=False)
-    items = json.loads(resp.data)["items"]
+    items = _list(api)
     return sum(1 for n in items if _is_ready(n)), len(items)
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    site: str
+    site_type: str
+    region: str
+    pool: str
+    product: str
+    ready: int
+    nodes: int
+    gpus: int
+
+
+def summarize(nodes: list[dict[str, Any]]) -> list[PoolRow]:
+    """Per site and pool: nodes Ready of total and allocatable GPUs (pure)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for node in nodes:
+        labels = node["metadata"].get("labels", {})
+        groups.setdefault((labels.get(LABEL_SITE, "?"), labels.get(LABEL_POOL, "?")), []).append(
+            node
+        )
+    rows = []
+    for (site, pool), members in sorted(groups.items()):
+        labels = members[0]["metadata"].get("labels", {})
+        rows.append(
+            PoolRow(
+                site=site,
+                site_type=labels.get(LABEL_SITE_TYPE, "?"),
+                region=labels.get(LABEL_REGION, "?"),
+                pool=pool,
+                product=labels.get(LABEL_GPU_PRODUCT, "?"),
+                ready=sum(1 for n in members if _is_ready(n)),
+                nodes=len(members),
+                gpus=sum(
+                    int(n.get("status", {}).get("allocatable", {}).get(RESOURCE_GPU, 0))
+                    for n in members
+                ),
+            )
+        )
+    return rows
+
+
+def fleet_rows(api: client.ApiClient) -> list[PoolRow]:
+    return summarize(_list(api))
 
 
 def wait_ready(

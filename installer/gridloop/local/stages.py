@@ -39,7 +39,9 @@ conditions:
 {{ end }}
 """
 
-_NODE_INITIAL_STATUS = _NODE_CONDITIONS + """\
+_NODE_INITIAL_STATUS = (
+    _NODE_CONDITIONS
+    + """\
 addresses:
 - type: InternalIP
   address: {{ NodeIP | Quote }}
@@ -67,6 +69,7 @@ nodeInfo:
   systemUUID: ""
 phase: Running
 """
+)
 
 _NODE_NOT_READY = """\
 {{ $now := Now }}
@@ -164,16 +167,21 @@ containerStatuses:
 """
 
 
-def _stage(name: str, kind: str, match: list[dict[str, object]], nxt: dict[str, object],
-           **extra: object) -> dict[str, object]:
+def _stage(
+    name: str, kind: str, match: list[dict[str, object]], nxt: dict[str, object], **extra: object
+) -> dict[str, object]:
     spec: dict[str, object] = {
         "resourceRef": {"apiGroup": "v1", "kind": kind},
         "selector": {"matchExpressions": match},
         "next": nxt,
     }
     spec.update(extra)
-    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def _expr(key: str, op: str, *values: str) -> dict[str, object]:
@@ -187,29 +195,54 @@ def stages() -> list[dict[str, object]]:
     healthy = _expr(_NOT_READY, "DoesNotExist")
     alive = _expr(".metadata.deletionTimestamp", "DoesNotExist")
     return [
-        _stage("node-initialize", "Node",
-               [healthy, _expr(_READY, "NotIn", "True")],
-               {"statusTemplate": _NODE_INITIAL_STATUS}),
-        _stage("node-heartbeat", "Node",
-               [healthy, _expr(".status.phase", "In", "Running"), _expr(_READY, "In", "True")],
-               {"statusTemplate": _NODE_CONDITIONS},
-               delay={"durationMilliseconds": 60000, "jitterDurationMilliseconds": 80000},
-               immediateNextStage=True),
-        _stage("node-not-ready", "Node",
-               [_expr(_NOT_READY, "In", "true"), _expr(_READY, "NotIn", "False")],
-               {"statusTemplate": _NODE_NOT_READY}),
-        _stage("pod-ready", "Pod",
-               [alive, _expr(".status.podIP", "DoesNotExist")],
-               {"statusTemplate": _POD_RUNNING}),
-        _stage("pod-complete", "Pod",
-               [alive, _expr(".status.phase", "In", "Running"),
-                _expr(".metadata.ownerReferences.[].kind", "In", "Job")],
-               {"statusTemplate": _POD_SUCCEEDED},
-               delay={"durationMilliseconds": 0, "durationFrom": {
-                   "expressionFrom": f'.metadata.annotations["{DURATION_ANNOTATION}"]'}}),
-        _stage("pod-delete", "Pod",
-               [_expr(".metadata.deletionTimestamp", "Exists")],
-               {"finalizers": {"empty": True}, "delete": True}),
+        _stage(
+            "node-initialize",
+            "Node",
+            [healthy, _expr(_READY, "NotIn", "True")],
+            {"statusTemplate": _NODE_INITIAL_STATUS},
+        ),
+        _stage(
+            "node-heartbeat",
+            "Node",
+            [healthy, _expr(".status.phase", "In", "Running"), _expr(_READY, "In", "True")],
+            {"statusTemplate": _NODE_CONDITIONS},
+            delay={"durationMilliseconds": 60000, "jitterDurationMilliseconds": 80000},
+            immediateNextStage=True,
+        ),
+        _stage(
+            "node-not-ready",
+            "Node",
+            [_expr(_NOT_READY, "In", "true"), _expr(_READY, "NotIn", "False")],
+            {"statusTemplate": _NODE_NOT_READY},
+        ),
+        _stage(
+            "pod-ready",
+            "Pod",
+            [alive, _expr(".status.podIP", "DoesNotExist")],
+            {"statusTemplate": _POD_RUNNING},
+        ),
+        _stage(
+            "pod-complete",
+            "Pod",
+            [
+                alive,
+                _expr(".status.phase", "In", "Running"),
+                _expr(".metadata.ownerReferences.[].kind", "In", "Job"),
+            ],
+            {"statusTemplate": _POD_SUCCEEDED},
+            delay={
+                "durationMilliseconds": 0,
+                "durationFrom": {
+                    "expressionFrom": f'.metadata.annotations["{DURATION_ANNOTATION}"]'
+                },
+            },
+        ),
+        _stage(
+            "pod-delete",
+            "Pod",
+            [_expr(".metadata.deletionTimestamp", "Exists")],
+            {"finalizers": {"empty": True}, "delete": True},
+        ),
     ]
 
 

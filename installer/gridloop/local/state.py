@@ -1,13 +1,13 @@
 """The state directory of one local cluster, and the record of what runs there.
 
-    <state>/state.json     ports, pids and command lines, fleet, start time
-    <state>/kubeconfig     admin kubeconfig (what `gridloop local env` exports)
-    <state>/bin/           kubectl and helm (links into the build cache)
-    <state>/pki/           certificates, keys, per-component kubeconfigs
-    <state>/etcd/          etcd's data
-    <state>/logs/          one log per process
-    <state>/kwok.yaml      kwok's configuration and stages
-    <state>/fleet.yaml     the fleet the cluster was started with
+<state>/state.json     ports, pids and command lines, fleet, start time
+<state>/kubeconfig     admin kubeconfig (what `gridloop local env` exports)
+<state>/bin/           kubectl and helm (links into the build cache)
+<state>/pki/           certificates, keys, per-component kubeconfigs
+<state>/etcd/          etcd's data
+<state>/logs/          one log per process
+<state>/kwok.yaml      kwok's configuration and stages
+<state>/fleet.yaml     the fleet the cluster was started with
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ def load(dir: Path) -> State | None:
         dir=dir,
         base_port=data["base_port"],
         ports=Ports(**data["ports"]),
-        processes=[Proc(p["name"], p["pid"], tuple(p["argv"]), p["log"])
-                   for p in data.get("processes", [])],
+        processes=[
+            Proc(p["name"], p["pid"], tuple(p["argv"]), p["log"]) for p in data.get("processes", [])
+        ],
         fleet_name=data.get("fleet_name", ""),
         nodes=data.get("nodes", 0),
         started_at=data.get("started_at", 0.0),

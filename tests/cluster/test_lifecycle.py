@@ -1,0 +1,147 @@
+"""`gridloop local up|down|status|env`, driven through the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gridloop.local import processes
+from gridloop.local.flags import Ports
+
+pytestmark = pytest.mark.cluster
+
+SMALL_FLEET = """\
+apiVersion: gridloop.io/v1alpha1
+kind: Fleet
+metadata: {name: tiny}
+sites:
+- name: lab
+  type: on-prem
+  region: on-prem-lab
+  zones: [rack-a]
+  pools:
+  - {name: l4, gpu: L4, nodes: 2, gpusPerNode: 4}
+"""
+
+
+def _running(pid: int) -> bool:
+    """True while the process exists and has not exited (an exited child awaiting its
+    parent's reap shows as state Z: it holds no port and runs nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _state_json(state_dir: Path) -> dict:
+    return json.loads((state_dir / "state.json").read_text())
+
+
+def test_up_on_a_running_cluster_reports_it_and_changes_nothing(local_cluster, gridloop):
+    state_dir = local_cluster.state.dir
+    before = (state_dir / "state.json").read_text()
+
+    result = gridloop(
+        "local",
+        "up",
+        "--state-dir",
+        str(state_dir),
+        "--base-port",
+        str(local_cluster.state.base_port),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "already running" in result.stdout and "nothing changed" in result.stdout
+    assert (state_dir / "state.json").read_text() == before
+    assert all(processes.alive(p) for p in local_cluster.state.processes)
+
+
+def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, gridloop):
+    result = gridloop("local", "status", "--state-dir", str(local_cluster.state.dir), "-o", "json")
+
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    assert info["running"] is True
+    assert [p["name"] for p in info["processes"]] == [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ]
+    assert info["nodes"] == {"ready": 24, "total": 24, "expected": 24}
+    assert info["state_dir"] == str(local_cluster.state.dir)
+
+
+def test_env_lets_kubectl_and_helm_reach_the_cluster(local_cluster, gridloop):
+    state_dir = local_cluster.state.dir
+    script = (
+        f'eval "$({gridloop_path()} local env --state-dir {state_dir})"; '
+        "kubectl get nodes -o name | wc -l; helm list -A -o json"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, check=True
+    ).stdout.split("\n")
+    assert out[0].strip() == "24"
+    assert json.loads(out[1]) == []
+
+
+def gridloop_path() -> str:
+    from conftest import GRIDLOOP
+
+    return GRIDLOOP
+
+
+def test_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, gridloop):
+    base = 37600
+    busy = Ports.from_base(base).apiserver
+    state_dir = tmp_path / "state"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        result = gridloop("local", "up", "--state-dir", str(state_dir), "--base-port", str(base))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"error: port {busy} on 127.0.0.1 (for kube-apiserver) is already in use: "
+        "stop what holds it or choose other ports with --base-port"
+    ]
+    assert not (state_dir / "state.json").exists()
+    assert not any(
+        processes.listening(p) for p in Ports.from_base(base).by_process().values() if p != busy
+    )
+
+
+def test_down_stops_every_process_and_frees_every_port(tmp_path, gridloop):
+    fleet = tmp_path / "tiny.yaml"
+    fleet.write_text(SMALL_FLEET)
+    state_dir = tmp_path / "state"
+    ports = Ports.from_base(37700)
+
+    up = gridloop(
+        "local", "up", "--fleet", str(fleet), "--state-dir", str(state_dir), "--base-port", "37700"
+    )
+    assert up.returncode == 0, up.stderr
+    pids = [p["pid"] for p in _state_json(state_dir)["processes"]]
+    assert len(pids) == 5 and all(_running(pid) for pid in pids)
+
+    down = gridloop("local", "down", "--state-dir", str(state_dir))
+
+    assert down.returncode == 0, down.stderr
+    assert "stopped: kwok, kube-scheduler, kube-controller-manager, kube-apiserver, etcd" in (
+        down.stdout
+    )
+    assert not [pid for pid in pids if _running(pid)]
+    assert not [p for p in ports.by_process().values() if processes.listening(p)]
+    status = gridloop("local", "status", "--state-dir", str(state_dir))
+    assert status.returncode == 3 and "stopped" in status.stdout
+
+    purge = gridloop("local", "down", "--purge", "--state-dir", str(state_dir))
+    assert purge.returncode == 0 and not state_dir.exists()

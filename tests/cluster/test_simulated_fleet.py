@@ -1,0 +1,182 @@
+"""The simulated GPU fleet behaves like real GPU nodes to the real control plane."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gridloop.fleet import load_fleet, planned_nodes
+from gridloop.local import building, stages
+
+pytestmark = pytest.mark.cluster
+
+
+def _ready(node: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def test_every_fleet_node_is_ready_with_its_labels_and_gpu_capacity(local_cluster, request):
+    fleet = load_fleet(request.config.rootpath / "examples" / "fleets" / "default.yaml")
+    want = {p.name: p for p in planned_nodes(fleet)}
+    nodes = {n.metadata.name: n for n in local_cluster.core.list_node().items}
+
+    assert set(want) <= set(nodes)
+    for name, planned in want.items():
+        node = nodes[name]
+        assert _ready(node), name
+        for key, value in planned.labels.items():
+            assert node.metadata.labels.get(key) == value, (name, key)
+        assert node.status.capacity["nvidia.com/gpu"] == str(planned.gpus)
+        assert node.status.allocatable["nvidia.com/gpu"] == str(planned.gpus)
+    assert sum(int(n.status.allocatable["nvidia.com/gpu"]) for n in nodes.values()) == 192
+
+
+def _deployment(name: str, region: str, gpus: int, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {"topology.kubernetes.io/region": region},
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": "vllm/vllm-openai:latest",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_gpu_deployment_pinned_to_a_region_lands_there_and_becomes_available(
+    local_cluster, namespace, eventually
+):
+    apps = client.AppsV1Api(local_cluster.api)
+    apps.create_namespaced_deployment(namespace, _deployment("llm", "eu-west-1", 4, 3))
+
+    def available() -> bool:
+        status = apps.read_namespaced_deployment("llm", namespace).status
+        return status.available_replicas == 3
+
+    eventually(available, "deployment llm to have 3 available replicas")
+    pods = local_cluster.core.list_namespaced_pod(namespace, label_selector="app=llm").items
+    regions = {
+        local_cluster.core.read_node(p.spec.node_name).metadata.labels[
+            "topology.kubernetes.io/region"
+        ]
+        for p in pods
+    }
+    assert regions == {"eu-west-1"}
+    assert all(p.status.phase == "Running" for p in pods)
+
+
+def test_pod_asking_for_more_gpus_than_any_node_has_stays_pending(
+    local_cluster, namespace, eventually
+):
+    pod = {
+        "metadata": {"name": "too-big"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "9"}}}
+            ]
+        },
+    }
+    local_cluster.core.create_namespaced_pod(namespace, pod)
+
+    def unschedulable() -> bool:
+        p = local_cluster.core.read_namespaced_pod("too-big", namespace)
+        return any(
+            c.type == "PodScheduled" and c.reason == "Unschedulable"
+            for c in p.status.conditions or []
+        )
+
+    eventually(unschedulable, "the scheduler to report too-big Unschedulable")
+    assert local_cluster.core.read_namespaced_pod("too-big", namespace).spec.node_name is None
+
+
+def _job(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": annotations or {}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "trainer:latest",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _job_complete(batch: client.BatchV1Api, name: str, namespace: str) -> bool:
+    conds = batch.read_namespaced_job(name, namespace).status.conditions or []
+    return any(c.type == "Complete" and c.status == "True" for c in conds)
+
+
+def test_job_completes(local_cluster, namespace, eventually):
+    batch = client.BatchV1Api(local_cluster.api)
+    batch.create_namespaced_job(namespace, _job("train"))
+
+    eventually(lambda: _job_complete(batch, "train", namespace), "job train to complete")
+    assert batch.read_namespaced_job("train", namespace).status.succeeded == 1
+
+
+def test_job_pod_runs_for_its_simulated_duration_before_it_succeeds(
+    local_cluster, namespace, eventually
+):
+    batch = client.BatchV1Api(local_cluster.api)
+    batch.create_namespaced_job(namespace, _job("long", {stages.DURATION_ANNOTATION: "4s"}))
+
+    def running_pod() -> bool:
+        pods = local_cluster.core.list_namespaced_pod(namespace, label_selector="job-name=long")
+        return any(p.status.phase == "Running" for p in pods.items)
+
+    eventually(running_pod, "the job's pod to be Running")
+    assert not _job_complete(batch, "long", namespace)
+    eventually(lambda: _job_complete(batch, "long", namespace), "job long to complete")
+
+
+def test_not_ready_label_takes_a_node_out_and_removing_it_brings_it_back(local_cluster, eventually):
+    core, name = local_cluster.core, "onprem-fra-a100-007"
+    label = stages.NOT_READY_LABEL
+    core.patch_node(name, {"metadata": {"labels": {label: "true"}}})
+    try:
+        eventually(lambda: not _ready(core.read_node(name)), f"{name} to turn NotReady")
+        reason = next(c.reason for c in core.read_node(name).status.conditions if c.type == "Ready")
+        assert reason == "SimulatedFailure"
+    finally:
+        core.patch_node(name, {"metadata": {"labels": {label: None}}})
+    eventually(lambda: _ready(core.read_node(name)), f"{name} to be Ready again")
+
+
+def test_kubectl_reports_the_pinned_kubernetes_release(local_cluster):
+    kubectl = building.binary("kubectl")
+    env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
+    out = subprocess.run(
+        [str(kubectl), "version", "-o", "json"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    pinned = building.versions.get("kubernetes").version
+    assert f'"gitVersion": "{pinned}"' in out.split('"serverVersion"')[0]
+    assert f'"gitVersion": "{pinned}"' in out.split('"serverVersion"')[1]

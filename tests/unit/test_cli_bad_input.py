@@ -1,0 +1,91 @@
+"""Bad input gets one clear line naming the problem, a non-zero exit, and changes nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD = (REPO / "examples" / "fleets" / "default.yaml").read_text()
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("fleet_text", "expected"),
+    [
+        pytest.param("sites: [\n  - name: x\n", "bad.yaml", id="malformed-yaml"),
+        pytest.param(
+            GOOD.replace("gpu: H100-80GB", "gpu: H900", 1),
+            "unknown GPU model 'H900'",
+            id="unknown-gpu-model",
+        ),
+        pytest.param(
+            GOOD.replace("nodes: 8", "nodes: -3", 1),
+            "nodes: must be a non-negative",
+            id="negative-count",
+        ),
+        pytest.param(
+            GOOD.replace("gpusPerNode: 8", "gpusPerNode: 80", 1),
+            "gpusPerNode",
+            id="too-many-gpus-per-node",
+        ),
+        pytest.param(GOOD.replace("kind: Fleet", "kind: Cluster"), "kind", id="wrong-kind"),
+    ],
+)
+def test_bad_fleet_file_is_refused_before_anything_starts(tmp_path, gridloop, fleet_text, expected):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(fleet_text)
+    state = tmp_path / "state"
+
+    result = gridloop(
+        "local", "up", "--fleet", str(bad), "--state-dir", str(state), "--base-port", "37800"
+    )
+
+    assert result.returncode == 2
+    line = _one_error_line(result.stderr)
+    assert expected in line and "bad.yaml" in line
+    assert not state.exists()
+
+
+def test_missing_fleet_file_names_the_flag(tmp_path, gridloop):
+    result = gridloop(
+        "local",
+        "up",
+        "--fleet",
+        str(tmp_path / "nope.yaml"),
+        "--state-dir",
+        str(tmp_path / "state"),
+    )
+    assert result.returncode == 2
+    assert "--fleet: no such file" in _one_error_line(result.stderr)
+
+
+def test_base_port_out_of_range_is_refused(tmp_path, gridloop):
+    result = gridloop("local", "up", "--base-port", "80", "--state-dir", str(tmp_path / "s"))
+    assert result.returncode == 2
+    assert "--base-port 80 out of range" in _one_error_line(result.stderr)
+    assert not (tmp_path / "s").exists()
+
+
+def test_generator_refuses_a_fleet_of_zero_nodes(gridloop):
+    result = gridloop("local", "fleet", "--nodes", "0")
+    assert result.returncode == 2
+    assert "nodes" in _one_error_line(result.stderr)
+
+
+def test_build_without_a_go_toolchain_says_so_in_one_line(tmp_path, gridloop):
+    # an empty cache forces a build; a PATH without Go makes it impossible
+    env = dict(os.environ, GRIDLOOP_CACHE=str(tmp_path / "cache"), PATH="/usr/bin:/bin")
+    result = gridloop("local", "build", "etcd", env=env)
+    assert result.returncode == 1
+    line = _one_error_line(result.stderr)
+    assert "go toolchain not found on PATH" in line and "etcd" in line
+    assert not list((tmp_path / "cache").glob("*/bin/*"))

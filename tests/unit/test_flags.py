@@ -1,0 +1,173 @@
+"""Every control-plane process listens on loopback only, each on its own port."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from gridloop.local import flags
+from gridloop.local.flags import LOOPBACK, Ports
+
+BASE = 41000  # never bound: these tests only build argv
+PKI = Path("/state/pki")
+NODE_LABEL = "gridloop.io/simulated"
+
+# Flags whose value names an address a process listens on, advertises or dials.
+ADDRESS_FLAGS = (
+    "--listen-client-urls",
+    "--advertise-client-urls",
+    "--listen-peer-urls",
+    "--initial-advertise-peer-urls",
+    "--initial-cluster",
+    "--etcd-servers",
+    "--bind-address",
+    "--advertise-address",
+    "--server-address",
+    "--node-ip",
+)
+
+
+def argvs(ports: Ports) -> dict[str, list[str]]:
+    return {
+        "etcd": flags.etcd(Path("/bin/etcd"), ports, Path("/state/etcd")),
+        "kube-apiserver": flags.apiserver(Path("/bin/kube-apiserver"), ports, PKI),
+        "kube-controller-manager": flags.controller_manager(
+            Path("/bin/kube-controller-manager"), ports, PKI
+        ),
+        "kube-scheduler": flags.scheduler(Path("/bin/kube-scheduler"), ports, PKI),
+        "kwok": flags.kwok(Path("/bin/kwok"), ports, PKI, Path("/state/kwok.yaml"), NODE_LABEL),
+    }
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    """`--name=value` arguments as a mapping; bare flags map to ''."""
+    out: dict[str, str] = {}
+    for arg in argv[1:]:
+        name, _, value = arg.partition("=")
+        out[name] = value
+    return out
+
+
+def hosts(value: str) -> list[str]:
+    """Every host named in a flag value: URLs, `name=URL` lists, `host:port` or a bare IP."""
+    found = []
+    for item in value.split(","):
+        item = item.split("=", 1)[-1]
+        if "://" in item:
+            host = urlsplit(item).hostname
+        else:
+            host = item.rsplit(":", 1)[0] if item.count(":") == 1 else item
+        assert host, f"no host in {value!r}"
+        found.append(host)
+    return found
+
+
+def address_flags(argv: list[str]) -> dict[str, str]:
+    return {k: v for k, v in flag_values(argv).items() if k in ADDRESS_FLAGS}
+
+
+@pytest.mark.parametrize("process", sorted(argvs(Ports.from_base(BASE))))
+def test_process_listens_and_advertises_only_on_loopback(process: str) -> None:
+    argv = argvs(Ports.from_base(BASE))[process]
+
+    addresses = address_flags(argv)
+    assert addresses, f"{process} has no address flags to check"
+    for name, value in addresses.items():
+        for host in hosts(value):
+            assert ipaddress.ip_address(host).is_loopback, f"{process} {name}={value}"
+            assert host == LOOPBACK
+
+
+@pytest.mark.parametrize("process", sorted(argvs(Ports.from_base(BASE))))
+def test_no_argument_names_a_wildcard_address(process: str) -> None:
+    argv = argvs(Ports.from_base(BASE))[process]
+
+    assert not [arg for arg in argv if "0.0.0.0" in arg or "[::]" in arg]
+
+
+@pytest.mark.parametrize(
+    ("process", "flag", "expected"),
+    [
+        ("etcd", "--listen-client-urls", f"http://127.0.0.1:{BASE}"),
+        ("etcd", "--listen-peer-urls", f"http://127.0.0.1:{BASE + 1}"),
+        ("kwok", "--server-address", f"127.0.0.1:{BASE + 2}"),
+        ("kube-controller-manager", "--secure-port", str(BASE + 3)),
+        ("kube-scheduler", "--secure-port", str(BASE + 4)),
+        ("kube-apiserver", "--secure-port", str(BASE + 43)),
+        ("kube-apiserver", "--etcd-servers", f"http://127.0.0.1:{BASE}"),
+    ],
+)
+def test_each_process_uses_its_own_port(process: str, flag: str, expected: str) -> None:
+    assert flag_values(argvs(Ports.from_base(BASE))[process])[flag] == expected
+
+
+@pytest.mark.parametrize("base", [1024, 36400, 41000, 65535 - 43])
+def test_ports_from_base_are_distinct_and_apiserver_is_base_plus_43(base: int) -> None:
+    ports = Ports.from_base(base)
+
+    by_process = ports.by_process()
+    assert len(set(by_process.values())) == len(by_process) == 6
+    assert ports.etcd == base
+    assert ports.apiserver == base + 43
+    assert all(base <= port <= 65535 for port in by_process.values())
+
+
+def test_by_process_names_every_control_plane_process() -> None:
+    assert set(Ports.from_base(BASE).by_process()) == {
+        "etcd",
+        "etcd (peer)",
+        "kwok",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-apiserver",
+    }
+
+
+@pytest.mark.parametrize("base", [-1, 0, 80, 1023, 65535 - 42, 65535, 70000])
+def test_out_of_range_base_port_is_rejected(base: int) -> None:
+    with pytest.raises(ValueError, match=f"--base-port {base} out of range"):
+        Ports.from_base(base)
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "--endpoint-reconciler-type=none",
+        "--advertise-address=127.0.0.1",
+        f"--service-account-key-file={PKI / 'sa.pub'}",
+        f"--service-account-signing-key-file={PKI / 'sa.key'}",
+        f"--service-account-issuer={flags.SA_ISSUER}",
+        f"--client-ca-file={PKI / 'ca.crt'}",
+        "--authorization-mode=RBAC",
+    ],
+)
+def test_apiserver_keeps_the_flags_the_cluster_needs(arg: str) -> None:
+    assert arg in argvs(Ports.from_base(BASE))["kube-apiserver"]
+
+
+def test_controller_manager_signs_service_account_tokens_with_the_apiservers_key_pair() -> None:
+    values = flag_values(argvs(Ports.from_base(BASE))["kube-controller-manager"])
+
+    assert values["--service-account-private-key-file"] == str(PKI / "sa.key")
+    assert values["--node-monitor-grace-period"] == flags.NODE_MONITOR_GRACE
+
+
+@pytest.mark.parametrize("label", ["gridloop.io/simulated", "type"])
+def test_kwok_manages_only_nodes_with_the_given_label(label: str) -> None:
+    argv = flags.kwok(Path("kwok"), Ports.from_base(BASE), PKI, Path("kwok.yaml"), label)
+
+    values = flag_values(argv)
+    assert values["--manage-all-nodes"] == "false"
+    assert values["--manage-nodes-with-label-selector"] == f"{label}=true"
+    assert values["--config"] == "kwok.yaml"
+
+
+def test_kwok_gives_simulated_nodes_its_own_loopback_port_as_kubelet_port() -> None:
+    ports = Ports.from_base(BASE)
+
+    values = flag_values(argvs(ports)["kwok"])
+    assert values["--node-ip"] == LOOPBACK
+    assert values["--node-port"] == str(ports.kwok)
