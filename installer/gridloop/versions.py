@@ -43,7 +43,12 @@ def versions_file() -> Path:
 @cache
 def load() -> dict[str, Component]:
     path = versions_file()
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the versions file: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise UsageError(f"{path}: not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping of component -> version")
     out: dict[str, Component] = {}

@@ -110,12 +110,6 @@ def test_bad_versions_file_names_the_field(
     assert caught.value.exit_code == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(FileNotFoundError, yaml.YAMLError),
-    reason="versions.load reads GRIDLOOP_VERSIONS_FILE without checking it exists or "
-    "parses: FileNotFoundError / yaml.YAMLError leak instead of a UsageError",
-)
 @pytest.mark.parametrize(
     "text", [None, "kubernetes: [unclosed\n"], ids=["missing-file", "not-yaml"]
 )

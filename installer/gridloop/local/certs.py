@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -117,6 +118,15 @@ def _ca(dir: Path, stem: str, cn: str) -> tuple[x509.Certificate, PrivateKey]:
     return cert, key
 
 
+def _signed_by(crt: Path, ca: x509.Certificate) -> bool:
+    """False for a leaf left over from an earlier CA: it must be issued again."""
+    try:
+        x509.load_pem_x509_certificate(crt.read_bytes()).verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
 def issue(
     dir: Path,
     stem: str,
@@ -128,9 +138,9 @@ def issue(
     ips: tuple[str, ...] = (),
     server: bool = False,
 ) -> None:
-    """Write `<stem>.crt`/`<stem>.key` signed by `ca`, unless they already exist."""
+    """Write `<stem>.crt`/`<stem>.key` signed by `ca`, unless a pair signed by it exists."""
     crt, keyf = dir / f"{stem}.crt", dir / f"{stem}.key"
-    if crt.exists() and keyf.exists():
+    if crt.exists() and keyf.exists() and _signed_by(crt, ca[0]):
         return
     key = _key()
     now = dt.datetime.now(dt.UTC)
@@ -173,7 +183,7 @@ def ensure_pki(dir: Path) -> Pki:
     front = _ca(dir, "front-proxy-ca", "gridloop-local-front-proxy-ca")
     issue(dir, "front-proxy-client", front, "front-proxy-client")
     sa = dir / "sa.key"
-    if not sa.exists():
+    if not (sa.exists() and (dir / "sa.pub").exists()):
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         _write_key(sa, sa_key)
         (dir / "sa.pub").write_bytes(

@@ -52,10 +52,10 @@ def directive(gomod: str, name: str) -> str | None:
 
 def staging_version(kubernetes_version: str) -> str:
     """Kubernetes publishes its staging modules as v0.N.M for release v1.N.M."""
-    major, minor, patch = kubernetes_version.lstrip("v").split(".")[:3]
-    if major != "1":
+    major, _, rest = kubernetes_version.lstrip("v").partition(".")
+    if major != "1" or not rest:
         raise ValueError(f"unexpected Kubernetes version {kubernetes_version!r}")
-    return f"v0.{minor}.{patch}"
+    return f"v0.{rest}"  # keeps a pre-release suffix whole: v1.36.0-rc.1 -> v0.36.0-rc.1
 
 
 @dataclass(frozen=True)
