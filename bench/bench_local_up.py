@@ -138,7 +138,8 @@ def _print(row: dict) -> None:
     g, b = row["gridloop"], row["baseline"]
     print(
         f"{row['nodes']:>6} nodes | gridloop up {g['total_s']:>7.2f}s "
-        f"(control plane {g['control_plane_s']:.2f}s, nodes Ready +{g['nodes_ready_after_start_s']:.2f}s)"
+        f"(control plane {g['control_plane_s']:.2f}s, "
+        f"nodes Ready +{g['nodes_ready_after_start_s']:.2f}s)"
         f" | plain loop {b['total_s']:>7.2f}s (create loop {b['create_loop_s']:.2f}s, "
         f"nodes Ready +{b['nodes_ready_after_start_s']:.2f}s)",
         flush=True,
