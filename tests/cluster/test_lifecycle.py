@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
-from gridloop.local import processes
+from gridloop.local import kube, processes
 from gridloop.local.flags import Ports
 
 pytestmark = pytest.mark.cluster
@@ -145,3 +146,28 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path, gridloop):
 
     purge = gridloop("local", "down", "--purge", "--state-dir", str(state_dir))
     assert purge.returncode == 0 and not state_dir.exists()
+
+
+def test_down_then_up_keeps_what_the_user_created(tmp_path, gridloop):
+    fleet = tmp_path / "tiny.yaml"
+    fleet.write_text(SMALL_FLEET)
+    state_dir = tmp_path / "state"
+    args = ("--fleet", str(fleet), "--state-dir", str(state_dir), "--base-port", "37700")
+    assert gridloop("local", "up", *args).returncode == 0
+    try:
+        api = kube.api_client(state_dir / "kubeconfig")
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": "keep-me"}})
+        core.create_namespaced_config_map(
+            "keep-me", {"metadata": {"name": "notes"}, "data": {"a": "1"}}
+        )
+        assert gridloop("local", "down", "--state-dir", str(state_dir)).returncode == 0
+
+        again = gridloop("local", "up", *args)
+
+        assert again.returncode == 0, again.stderr
+        assert "0 created, 0 removed, 2 kept" in again.stdout
+        core = client.CoreV1Api(kube.api_client(state_dir / "kubeconfig"))
+        assert core.read_namespaced_config_map("notes", "keep-me").data == {"a": "1"}
+    finally:
+        gridloop("local", "down", "--purge", "--state-dir", str(state_dir))

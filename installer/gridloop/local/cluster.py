@@ -93,12 +93,24 @@ def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> U
             f"({result.created} created, {result.deleted} removed, {result.kept} kept)"
         )
         ready = simulated_nodes.wait_ready(
-            api, fleet.node_count, timeout=60 + fleet.node_count / 25
+            api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )
     except BaseException:
         _stop_all(state)
         raise
     return UpResult(state, False, started, ready, result.created, result.deleted)
+
+
+def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
+    """A progress callback that reports nodes Ready at most every `seconds`."""
+    last = [time.monotonic()]
+
+    def report(ready: int, total: int) -> None:
+        if ready < total and time.monotonic() - last[0] >= seconds:
+            last[0] = time.monotonic()
+            say(f"  … {ready}/{total} nodes Ready")
+
+    return report
 
 
 def _binaries(say: Say) -> dict[str, Path]:

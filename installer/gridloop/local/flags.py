@@ -80,7 +80,7 @@ def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
         "--initial-cluster-state=new",
         "--quota-backend-bytes=8589934592",
         "--unsafe-no-fsync",
-        "--log-level=warn",
+        "--log-level=info",
     ]
 
 

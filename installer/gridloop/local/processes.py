@@ -1,7 +1,10 @@
 """Start, find and stop the control-plane processes, by pid, on loopback.
 
-A process is ours only if its pid is alive *and* its command line still starts
-with the binary we launched: a recycled pid is never signalled.
+A process is ours only if its pid is alive *and* the kernel's start time of
+that pid is the one recorded when we launched it: a recycled pid is never
+signalled. (The command line is no proof: right after `exec` the kernel may
+not have filled in the new `/proc/PID/cmdline` yet, so a freshly started
+kube-apiserver can look nameless for a moment.)
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ class Proc:
     pid: int
     argv: tuple[str, ...]
     log: str
+    # field 22 of /proc/PID/stat: clock ticks after boot when the pid was created
+    start_ticks: int = 0
 
 
 def start(name: str, argv: list[str], log: Path, cwd: Path) -> Proc:
@@ -39,15 +44,18 @@ def start(name: str, argv: list[str], log: Path, cwd: Path) -> Proc:
             cwd=cwd,
             start_new_session=True,  # survives the CLI; stopped by `down`
         )
-    return Proc(name=name, pid=child.pid, argv=tuple(argv), log=str(log))
+    stat = _stat(child.pid)
+    ticks = int(stat[19]) if stat else 0
+    return Proc(name=name, pid=child.pid, argv=tuple(argv), log=str(log), start_ticks=ticks)
 
 
-def _cmdline(pid: int) -> list[str]:
+def _stat(pid: int) -> list[str]:
+    """/proc/PID/stat fields after the command name (state first), or [] if gone."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = Path(f"/proc/{pid}/stat").read_text(errors="replace")
     except OSError:
         return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    return raw.rsplit(")", 1)[-1].split()
 
 
 def _reap(pid: int) -> None:
@@ -57,12 +65,12 @@ def _reap(pid: int) -> None:
 
 
 def alive(proc: Proc) -> bool:
+    """Running, not exited (a zombie has exited), and the very process we started."""
     _reap(proc.pid)
-    cmd = _cmdline(proc.pid)
-    if not cmd or cmd[0] != proc.argv[0]:
+    stat = _stat(proc.pid)
+    if not stat or stat[0] in ("Z", "X"):
         return False
-    stat = Path(f"/proc/{proc.pid}/stat").read_text(errors="replace")
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    return int(stat[19]) == proc.start_ticks
 
 
 def stop(proc: Proc, timeout: float = 15.0) -> None:

@@ -58,7 +58,8 @@ def load(dir: Path) -> State | None:
         base_port=data["base_port"],
         ports=Ports(**data["ports"]),
         processes=[
-            Proc(p["name"], p["pid"], tuple(p["argv"]), p["log"]) for p in data.get("processes", [])
+            Proc(p["name"], p["pid"], tuple(p["argv"]), p["log"], p.get("start_ticks", 0))
+            for p in data.get("processes", [])
         ],
         fleet_name=data.get("fleet_name", ""),
         nodes=data.get("nodes", 0),

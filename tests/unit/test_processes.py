@@ -1,0 +1,45 @@
+"""Processes are found and stopped by pid and start time, never by a recycled pid."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import socket
+
+from gridloop.local import processes
+
+
+def _sleeper(tmp_path, name: str = "sleeper") -> processes.Proc:
+    sleep = shutil.which("sleep")
+    assert sleep
+    return processes.start(name, [sleep, "60"], tmp_path / f"{name}.log", tmp_path)
+
+
+def test_a_started_process_is_alive_at_once_and_gone_after_stop(tmp_path):
+    proc = _sleeper(tmp_path)
+    assert processes.alive(proc)
+
+    processes.stop(proc)
+
+    assert not processes.alive(proc)
+
+
+def test_a_pid_with_another_start_time_is_not_ours_and_is_never_signalled(tmp_path):
+    proc = _sleeper(tmp_path)
+    impostor = dataclasses.replace(proc, start_ticks=proc.start_ticks + 1)
+    try:
+        assert not processes.alive(impostor)
+        processes.stop(impostor)  # must not signal the real process
+        assert processes.alive(proc)
+    finally:
+        processes.stop(proc)
+
+
+def test_a_listening_port_is_in_use_and_a_closed_one_is_not():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert processes.port_in_use(port)
+        assert processes.listening(port)
+    assert not processes.port_in_use(port)
