@@ -1,0 +1,81 @@
+"""What one cycle sees, as plain data: GPU readings from Prometheus, nodes from the API.
+
+Built by the reading and listing shell (one Prometheus query per signal family
+for the whole fleet, one node list) and handed to `plan()`. Nothing here does
+I/O; the record of what gridloop did to a node lives in that node's
+annotations, so a restarted service reads its own past from `NodeView`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# what gridloop writes on a node it quarantines (the record `plan()` reads back)
+ANNOTATION_PREFIX = "health.gridloop.io/"
+QUARANTINED_AT = ANNOTATION_PREFIX + "quarantined-at"
+REASON = ANNOTATION_PREFIX + "reason"
+GPUS = ANNOTATION_PREFIX + "gpus"
+FAULTS = ANNOTATION_PREFIX + "faults"
+HEALTHY_SINCE = ANNOTATION_PREFIX + "healthy-since"
+ACKNOWLEDGED = ANNOTATION_PREFIX + "acknowledged-faults"
+QUARANTINED_BY = ANNOTATION_PREFIX + "quarantined-by"
+STATE_LABEL = "gridloop.io/gpu-health"
+TAINT_KEY = "gridloop.io/gpu-unhealthy"
+MANAGER = "gridloop-health"
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU's signals this cycle (missing series read as healthy values)."""
+
+    uuid: str
+    index: str = ""
+    xid: int = 0  # the last XID code the GPU reported; 0 means none
+    xid_repeats: int = 0  # application-class XIDs seen within the repeat window
+    ecc_dbe_increase: float = 0.0  # double-bit volatile errors added within the window
+    row_remap_failure: bool = False
+    row_remap_pending: bool = False
+    retired_pages_pending: bool = False
+    thermal_violation: float = 0.0  # fraction of the window spent throttled
+    power_violation: float = 0.0
+    nvlink_error_rate: float = 0.0  # errors per second over the window
+    pcie_replay_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class Record:
+    """gridloop's own record on a node, read back from its annotations."""
+
+    quarantined_at: float
+    faults: frozenset[str]
+    healthy_since: float | None = None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    pool: str  # "<site>/<pool>": the breaker's per-pool scope
+    gpus_expected: int
+    unschedulable: bool = False
+    opted_out: bool = False
+    record: Record | None = None  # set when gridloop quarantined this node
+    acknowledged: frozenset[str] = frozenset()  # faults a human overrode by uncordoning
+
+
+@dataclass(frozen=True)
+class Observed:
+    nodes: dict[str, NodeView]
+    gpus: dict[str, dict[str, GpuReading]] = field(default_factory=dict)  # node -> uuid -> reading
+    exporter_up: dict[str, bool] = field(default_factory=dict)
+    newest_sample_age_s: float | None = None  # None: Prometheus returned nothing at all
+    prometheus_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """The circuit breaker's state (kept in the status ConfigMap)."""
+
+    tripped: bool = False
+    reason: str = ""
+    # (time, node, pool) of every quarantine inside the sliding window
+    recent: tuple[tuple[float, str, str], ...] = ()

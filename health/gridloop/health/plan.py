@@ -1,0 +1,203 @@
+"""The health service's pure core: `plan(observed, policy, breaker, now) -> actions`.
+
+No I/O, no clock, no globals: everything it knows comes in as arguments, and
+everything it decides goes out as plain data (actions.py). Rules, in order:
+
+1. Unsure means do nothing: Prometheus unreachable, its newest sample older
+   than two scrape intervals, or no DCGM sample for the whole fleet -> Hold.
+2. A node whose exporter is down is unknown, not broken -> Warn, no action.
+3. Nodes gridloop quarantined: a person uncordoned it -> Acknowledge (never
+   re-quarantined for the same faults); healthy -> MarkHealthy, then Release
+   after the hold-down; a fault during the hold-down -> ClearHealthy.
+4. Nodes opted out or cordoned by someone else are never touched.
+5. New faults -> Quarantine, most severe first, until the circuit breaker's
+   limit (per pool and fleet-wide, the lower wins) would be passed: then
+   TripBreaker, and every further quarantine is a Skip until a reset.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from gridloop.health.actions import (
+    Acknowledge,
+    Action,
+    ClearHealthy,
+    Hold,
+    MarkHealthy,
+    Quarantine,
+    Release,
+    Skip,
+    TripBreaker,
+    Warn,
+)
+from gridloop.health.observed import Breaker, GpuReading, NodeView, Observed
+from gridloop.health.policy import XID_ROW_REMAP_EVENT, Policy, XidAction
+
+NODE = "node"  # the subject of node-level faults (a vanished GPU has no series to name it)
+
+
+def gpu_faults(gpu: GpuReading, policy: Policy) -> list[str]:
+    """The faults one GPU shows this cycle, by name (empty when healthy)."""
+    s, out = policy.signals, []
+    if gpu.xid:
+        if gpu.xid == XID_ROW_REMAP_EVENT and gpu.xid not in policy.xid:
+            if gpu.row_remap_pending:
+                out.append(f"xid-{gpu.xid}")
+        elif policy.xid_action(gpu.xid) is XidAction.QUARANTINE:
+            out.append(f"xid-{gpu.xid}")
+        elif (
+            policy.xid_action(gpu.xid) is XidAction.COUNT
+            and gpu.xid_repeats >= policy.xid_repeat_count
+        ):
+            out.append(f"xid-{gpu.xid}-repeated")
+    if s.ecc_dbe_volatile and gpu.ecc_dbe_increase > 0:
+        out.append("ecc-dbe")
+    if s.row_remap_failure and gpu.row_remap_failure:
+        out.append("row-remap-failure")
+    if s.retired_pages_pending and gpu.retired_pages_pending:
+        out.append("retired-pages-pending")
+    for name, threshold, value in (
+        ("thermal-violation", s.thermal_violation, gpu.thermal_violation),
+        ("power-violation", s.power_violation, gpu.power_violation),
+        ("nvlink-errors", s.nvlink_errors, gpu.nvlink_error_rate),
+        ("pcie-replays", s.pcie_replays, gpu.pcie_replay_rate),
+    ):
+        if threshold is not None and value > 0 and value >= threshold.value:
+            out.append(name)
+    return out
+
+
+def node_faults(node: NodeView, gpus: dict[str, GpuReading], policy: Policy) -> frozenset[str]:
+    faults = {f"{uuid}:{f}" for uuid, gpu in gpus.items() for f in gpu_faults(gpu, policy)}
+    if policy.signals.vanished_gpu and len(gpus) < node.gpus_expected:
+        faults.add(f"{NODE}:gpu-vanished")
+    return frozenset(faults)
+
+
+_MEMORY_AND_BUS = frozenset(
+    {"ecc-dbe", "row-remap-failure", "retired-pages-pending", "gpu-vanished"}
+)
+
+
+def _severity(faults: frozenset[str]) -> int:
+    """Reset-class XIDs first, then memory and bus faults, then rates and repeats."""
+
+    def rank(kind: str) -> int:
+        if kind.startswith("xid-") and not kind.endswith("-repeated"):
+            return 0
+        return 1 if kind in _MEMORY_AND_BUS else 2
+
+    return min(rank(f.split(":", 1)[1]) for f in faults)
+
+
+def _reason(faults: frozenset[str], gpus: dict[str, GpuReading]) -> str:
+    parts = []
+    for fault in sorted(faults):
+        subject, kind = fault.split(":", 1)
+        where = f"GPU {gpus[subject].index} ({subject})" if subject in gpus else "node"
+        parts.append(f"{kind} on {where}")
+    return "; ".join(parts)
+
+
+def limit(max_nodes: int, max_percent: float, size: int) -> int:
+    """How many of `size` nodes may be quarantined in a window: the lower limit wins.
+
+    A percentage never rounds a non-empty scope down to zero (one node of a
+    small pool may still be taken out), but an explicit `max_nodes: 0` does.
+    """
+    by_percent = max(1, math.floor(size * max_percent / 100)) if size else 0
+    return min(max_nodes, by_percent)
+
+
+def plan(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> list[Action]:
+    if observed.prometheus_error:
+        return [Hold(f"Prometheus unreachable: {observed.prometheus_error}")]
+    if observed.newest_sample_age_s is None or not any(observed.gpus.values()):
+        return [Hold("no DCGM samples for the whole fleet")]
+    if observed.newest_sample_age_s > policy.stale_after_s:
+        return [
+            Hold(
+                f"newest DCGM sample is {observed.newest_sample_age_s:.0f}s old "
+                f"(stale after {policy.stale_after_s:.0f}s)"
+            )
+        ]
+
+    actions: list[Action] = []
+    candidates: list[tuple[NodeView, frozenset[str]]] = []
+    for name in sorted(observed.nodes):
+        node = observed.nodes[name]
+        if node.opted_out:
+            continue
+        if not observed.exporter_up.get(name, False):
+            actions.append(Warn(name, "DCGM exporter is down: GPU health unknown, not acting"))
+            continue
+        faults = node_faults(node, observed.gpus.get(name, {}), policy)
+        if node.record is not None:
+            actions += _ours(node, faults, policy, now)
+        elif node.unschedulable:
+            if faults:
+                actions.append(Skip(name, "cordoned by someone else: left alone"))
+        elif faults - node.acknowledged:
+            candidates.append((node, faults))
+
+    candidates.sort(key=lambda c: (_severity(c[1]), c[0].name))
+    actions += _admit(candidates, observed, policy, breaker, now)
+    return actions
+
+
+def _ours(node: NodeView, faults: frozenset[str], policy: Policy, now: float) -> list[Action]:
+    record = node.record
+    assert record is not None
+    if not node.unschedulable:
+        return [Acknowledge(node.name, record.faults | faults)]
+    if faults:
+        return [ClearHealthy(node.name)] if record.healthy_since is not None else []
+    if record.healthy_since is None:
+        return [MarkHealthy(node.name, now)]
+    if now - record.healthy_since >= policy.hold_down_s:
+        return [Release(node.name)]
+    return []
+
+
+def _admit(
+    candidates: list[tuple[NodeView, frozenset[str]]],
+    observed: Observed,
+    policy: Policy,
+    breaker: Breaker,
+    now: float,
+) -> list[Action]:
+    if breaker.tripped:
+        reason = f"circuit breaker tripped ({breaker.reason}): reset it to resume"
+        return [Skip(node.name, reason) for node, _ in candidates]
+    lim = policy.limits
+    pool_sizes = Counter(n.pool for n in observed.nodes.values())
+    fleet_max = limit(lim.fleet_max_nodes, lim.fleet_max_percent, len(observed.nodes))
+    recent = [r for r in breaker.recent if now - r[0] < lim.window_s]
+    out: list[Action] = []
+    for i, (node, faults) in enumerate(candidates):
+        in_pool = sum(1 for _, _, pool in recent if pool == node.pool)
+        pool_max = limit(lim.pool_max_nodes, lim.pool_max_percent, pool_sizes[node.pool])
+        if in_pool + 1 > pool_max or len(recent) + 1 > fleet_max:
+            scope = (
+                f"pool {node.pool}: {in_pool} of {pool_max}"
+                if in_pool + 1 > pool_max
+                else f"fleet: {len(recent)} of {fleet_max}"
+            )
+            out.append(TripBreaker(f"quarantine limit reached in {scope} in the window"))
+            out += [Skip(n.name, "circuit breaker tripped") for n, _ in candidates[i:]]
+            break
+        gpus = observed.gpus.get(node.name, {})
+        out.append(
+            Quarantine(
+                node=node.name,
+                faults=faults,
+                gpus=tuple(sorted({f.split(":", 1)[0] for f in faults} & gpus.keys())),
+                reason=_reason(faults, gpus),
+                no_execute=policy.taint_no_execute,
+                drain=policy.drain,
+            )
+        )
+        recent.append((now, node.name, node.pool))
+    return out
