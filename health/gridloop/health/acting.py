@@ -1,0 +1,169 @@
+"""Carry out plan()'s actions on the cluster: the thin shell around patches.py.
+
+Node patches carry a field manager and the resourceVersion they were built
+from; a 409 Conflict is retried after a fresh read, a bounded number of times
+(`BACKOFFS`). Every action that changes a node leaves a Kubernetes Event on
+it. In dry-run nothing at all is sent: the outcomes say what would have been
+done, and that is all.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.health import patches
+from gridloop.health.actions import (
+    Acknowledge,
+    Action,
+    ClearHealthy,
+    MarkHealthy,
+    Quarantine,
+    Release,
+)
+from gridloop.health.observed import MANAGER
+
+BACKOFFS = (0.05, 0.1, 0.2, 0.5, 1.0)  # seconds between conflict retries
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+EVENT_REASONS = {
+    Quarantine: "GPUQuarantined",
+    Release: "GPUReleased",
+    Acknowledge: "GPUQuarantineOverridden",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: Action
+    applied: bool
+    detail: str = ""
+
+
+class Executor:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        dry_run: bool = False,
+        protected_namespaces: frozenset[str] = SYSTEM_NAMESPACES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.dry_run = dry_run
+        self.protected = protected_namespaces
+        self.clock = clock
+
+    def apply(self, actions: list[Action]) -> list[Outcome]:
+        return [self._apply(a) for a in actions]
+
+    def _apply(self, action: Action) -> Outcome:
+        build = self._patch_for(action)
+        if build is None:  # Hold, Warn, Skip, TripBreaker: nothing to do on a node
+            return Outcome(action, applied=False, detail="nothing to change on a node")
+        node_name = action.node  # type: ignore[union-attr]
+        if self.dry_run:
+            return Outcome(action, applied=False, detail="dry-run: not applied")
+        self._patch_node(node_name, build)
+        if isinstance(action, Quarantine) and action.drain:
+            evicted = self._drain(node_name)
+            detail = f"evicted {evicted} GPU pods"
+        else:
+            detail = ""
+        reason = EVENT_REASONS.get(type(action))
+        if reason:
+            self._event(node_name, reason, _message(action))
+        return Outcome(action, applied=True, detail=detail)
+
+    def _patch_for(self, action: Action) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        match action:
+            case Quarantine():
+                return lambda node: patches.quarantine(node, action, self.clock())
+            case Release():
+                return patches.release
+            case Acknowledge():
+                return lambda node: patches.acknowledge(node, action)
+            case MarkHealthy():
+                return lambda node: patches.healthy_since(node, action.since)
+            case ClearHealthy():
+                return lambda node: patches.healthy_since(node, None)
+        return None
+
+    def _patch_node(self, name: str, build: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        for delay in (*BACKOFFS, None):
+            node = self.core.api_client.sanitize_for_serialization(self.core.read_node(name))
+            try:
+                self.core.patch_node(name, build(node), field_manager=MANAGER)
+                return
+            except ApiException as err:
+                if err.status != 409 or delay is None:
+                    raise
+                time.sleep(delay)
+
+    def _drain(self, node: str) -> int:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        evicted = 0
+        for pod in pods:
+            if pod.metadata.namespace in self.protected or not _uses_gpu(pod):
+                continue
+            if any(o.kind == "DaemonSet" for o in pod.metadata.owner_references or []):
+                continue
+            body = client.V1Eviction(
+                metadata=client.V1ObjectMeta(
+                    name=pod.metadata.name, namespace=pod.metadata.namespace
+                )
+            )
+            try:
+                self.core.create_namespaced_pod_eviction(
+                    pod.metadata.name, pod.metadata.namespace, body
+                )
+                evicted += 1
+            except ApiException as err:
+                if err.status not in (404, 429):  # 429: a PodDisruptionBudget says not now
+                    raise
+        return evicted
+
+    def _event(self, node: str, reason: str, message: str) -> None:
+        now = dt.datetime.now(dt.UTC)
+        self.core.create_namespaced_event(
+            "default",
+            client.CoreV1Event(
+                metadata=client.V1ObjectMeta(generate_name=f"{node}.gpu-health-"),
+                involved_object=client.V1ObjectReference(kind="Node", name=node, uid=node),
+                reason=reason,
+                message=message[:1024],
+                type="Warning" if reason == "GPUQuarantined" else "Normal",
+                source=client.V1EventSource(component=MANAGER),
+                reporting_component=MANAGER,
+                reporting_instance=MANAGER,
+                first_timestamp=now,
+                last_timestamp=now,
+                count=1,
+            ),
+        )
+
+
+def _uses_gpu(pod: Any) -> bool:
+    for container in pod.spec.containers or []:
+        res = container.resources
+        wanted = {**((res and res.limits) or {}), **((res and res.requests) or {})}
+        if "nvidia.com/gpu" in wanted:
+            return True
+    return False
+
+
+def _message(action: Action) -> str:
+    match action:
+        case Quarantine():
+            return f"quarantined by {MANAGER}: {action.reason}"
+        case Release():
+            return f"released by {MANAGER}: healthy for the whole hold-down"
+        case Acknowledge():
+            return (
+                f"uncordoned by hand: {MANAGER} stands down for {', '.join(sorted(action.faults))}"
+            )
+    return ""
