@@ -1,0 +1,85 @@
+"""Turn Prometheus answers into an `Observed` (pure), and ask Prometheus (shell).
+
+`build_observed` takes the raw instant vectors of every family and the
+NodeViews from the API server; it never raises on odd data (a series without
+a host label is ignored, a non-numeric value reads as 0). `read` is the only
+function here that talks to Prometheus: any failure becomes
+`prometheus_error`, which plan() turns into a Hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from gridloop.health.observed import GpuReading, NodeView, Observed
+from gridloop.health.signals import HOST_LABELS
+
+Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
+
+_FIELDS = {
+    "xid": ("xid", int),
+    "xid_repeats": ("xid_repeats", int),
+    "ecc_dbe": ("ecc_dbe_increase", float),
+    "row_remap_failure": ("row_remap_failure", bool),
+    "row_remap_pending": ("row_remap_pending", bool),
+    "retired_pending": ("retired_pages_pending", bool),
+    "thermal": ("thermal_violation", float),
+    "power": ("power_violation", float),
+    "nvlink": ("nvlink_error_rate", float),
+    "pcie": ("pcie_replay_rate", float),
+}
+UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
+
+
+def _value(sample: Sample) -> float:
+    try:
+        v = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return 0.0
+    return 0.0 if math.isnan(v) else v
+
+
+def _host(labels: dict[str, str], keys: tuple[str, ...] = HOST_LABELS) -> str | None:
+    return next((labels[k] for k in keys if labels.get(k)), None)
+
+
+def build_observed(results: dict[str, list[Sample]], nodes: dict[str, NodeView]) -> Observed:
+    gpus: dict[str, dict[str, GpuReading]] = {}
+    for sample in results.get("present", []):
+        labels = sample.get("metric", {})
+        host, uuid = _host(labels), labels.get("UUID")
+        if host in nodes and uuid:
+            gpus.setdefault(host, {})[uuid] = GpuReading(uuid=uuid, index=labels.get("gpu", ""))
+    for family, (field, kind) in _FIELDS.items():
+        for sample in results.get(family, []):
+            labels = sample.get("metric", {})
+            host, uuid = _host(labels), labels.get("UUID")
+            reading = gpus.get(host or "", {}).get(uuid or "")
+            if reading is not None and host and uuid:
+                value = _value(sample)
+                gpus[host][uuid] = replace(reading, **{field: kind(value)})
+    exporter_up: dict[str, bool] = {}
+    for sample in results.get("up", []):
+        host = _host(sample.get("metric", {}), UP_NODE_LABELS)
+        if host in nodes:
+            exporter_up[host] = exporter_up.get(host, False) or _value(sample) == 1.0
+    newest = results.get("newest", [])
+    return Observed(
+        nodes=nodes,
+        gpus=gpus,
+        exporter_up=exporter_up,
+        newest_sample_age_s=_value(newest[0]) if newest else None,
+    )
+
+
+def read(prom: Any, queries: dict[str, str]) -> dict[str, list[Sample]] | str:
+    """Every family's instant vector, or one line saying why Prometheus failed us."""
+    out: dict[str, list[Sample]] = {}
+    for family, promql in queries.items():
+        try:
+            out[family] = prom.custom_query(query=promql)
+        except Exception as err:  # connection, HTTP and parse errors alike mean "unsure"
+            return f"query {family!r} failed: {' '.join(str(err).split())[:200]}"
+    return out

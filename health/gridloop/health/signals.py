@@ -1,0 +1,56 @@
+"""The PromQL the health service sends: one query per signal family, whole fleet.
+
+Never one query per node: a cycle over 5,000 nodes costs the same dozen
+queries as a cycle over 5. Series are mapped to nodes by the exporter's host
+label (`Hostname` in dcgm-exporter up to 3.x, `hostname` later) and to GPUs
+by `UUID`.
+"""
+
+from __future__ import annotations
+
+from gridloop.health.policy import Policy
+
+HOST_LABELS = ("Hostname", "hostname")
+PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
+
+
+def _window(seconds: float) -> str:
+    return f"{max(int(seconds), 1)}s"
+
+
+def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
+    """Family name -> PromQL. Families with a threshold switched off are not queried."""
+    s, repeat = policy.signals, _window(policy.xid_repeat_window_s)
+    q = {
+        "up": f'up{{job="{exporter_job}"}}',
+        "newest": f"time() - max(timestamp({PRESENCE}))",
+        "present": PRESENCE,
+        "xid": "DCGM_FI_DEV_XID_ERRORS",
+        # the XID gauge holds the last code: each change in the window is a new event
+        "xid_repeats": f"changes(DCGM_FI_DEV_XID_ERRORS[{repeat}])",
+        "row_remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    }
+    if s.ecc_dbe_volatile:
+        q["ecc_dbe"] = "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m])"
+    if s.row_remap_failure:
+        q["row_remap_failure"] = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+    if s.retired_pages_pending:
+        q["retired_pending"] = "DCGM_FI_DEV_RETIRED_PENDING"
+    if s.thermal_violation:
+        w = _window(s.thermal_violation.window_s)
+        # the violation counters count microseconds throttled: rate / 1e6 = fraction of time
+        q["thermal"] = f"rate(DCGM_FI_DEV_THERMAL_VIOLATION[{w}]) / 1e6"
+    if s.power_violation:
+        q["power"] = (
+            f"rate(DCGM_FI_DEV_POWER_VIOLATION[{_window(s.power_violation.window_s)}]) / 1e6"
+        )
+    if s.nvlink_errors:
+        w = _window(s.nvlink_errors.window_s)
+        names = "CRC_FLIT|CRC_DATA|REPLAY|RECOVERY"
+        q["nvlink"] = (
+            "sum without (__name__) (rate({__name__=~"
+            f'"DCGM_FI_DEV_NVLINK_({names})_ERROR_COUNT_TOTAL"}}[{w}]))'
+        )
+    if s.pcie_replays:
+        q["pcie"] = f"rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[{_window(s.pcie_replays.window_s)}])"
+    return q

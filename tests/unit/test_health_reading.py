@@ -1,0 +1,80 @@
+"""Prometheus answers become one Observed: series mapped to nodes and GPUs by label."""
+
+from __future__ import annotations
+
+import socket
+
+from prometheus_api_client import PrometheusConnect
+
+from gridloop.health.observed import NodeView
+from gridloop.health.policy import Policy, Signals
+from gridloop.health.reading import build_observed, read
+from gridloop.health.signals import queries
+
+NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
+
+
+def series(value: float, **labels: str) -> dict:
+    return {"metric": labels, "value": [1700000000.0, str(value)]}
+
+
+def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
+    results = {
+        "present": [
+            series(40, Hostname="a", UUID="GPU-a0", gpu="0"),
+            series(41, hostname="b", UUID="GPU-b1", gpu="1"),
+        ],
+        "xid": [
+            series(79, Hostname="a", UUID="GPU-a0", gpu="0"),
+            series(0, hostname="b", UUID="GPU-b1", gpu="1"),
+        ],
+        "ecc_dbe": [series(2, hostname="b", UUID="GPU-b1")],
+        "up": [series(1, node="a"), series(1, Hostname="b")],
+        "newest": [series(4.5)],
+    }
+
+    obs = build_observed(results, NODES)
+
+    assert obs.gpus["a"]["GPU-a0"].xid == 79 and obs.gpus["a"]["GPU-a0"].index == "0"
+    assert obs.gpus["b"]["GPU-b1"].ecc_dbe_increase == 2.0
+    assert obs.exporter_up == {"a": True, "b": True}
+    assert obs.newest_sample_age_s == 4.5
+
+
+def test_series_of_unknown_nodes_and_without_labels_are_ignored():
+    results = {
+        "present": [
+            series(40, Hostname="zzz", UUID="GPU-z"),
+            series(40, UUID="GPU-nohost"),
+            series(40, Hostname="a"),
+        ],
+        "xid": [series(79, Hostname="a", UUID="GPU-never-present")],
+    }
+    obs = build_observed(results, NODES)
+    assert obs.gpus == {}
+    assert obs.newest_sample_age_s is None
+
+
+def test_a_down_exporter_reads_as_down_and_a_missing_one_as_absent():
+    obs = build_observed({"up": [series(0, node="a")]}, NODES)
+    assert obs.exporter_up == {"a": False}
+
+
+def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_signals():
+    q = queries(Policy(), "dcgm-exporter")
+    assert q["up"] == 'up{job="dcgm-exporter"}'
+    assert all("Hostname=" not in v and "node=" not in v for v in q.values())
+    off = queries(Policy(signals=Signals(nvlink_errors=None, pcie_replays=None)), "dcgm")
+    assert "nvlink" not in off and "pcie" not in off
+
+
+def test_an_unreachable_prometheus_is_one_line_naming_the_family():
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    prom = PrometheusConnect(url=f"http://127.0.0.1:{port}", retry=None)
+
+    answer = read(prom, {"up": "up"})
+
+    assert isinstance(answer, str) and answer.startswith("query 'up' failed: ")
+    assert "\n" not in answer and len(answer) < 260
