@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from gridloop.errors import GridloopError
+from gridloop.health import commands as health_commands
 from gridloop.local import commands as local_commands
 
 
@@ -21,6 +22,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     local_commands.register(sub)
+    health_commands.register(sub)
     return parser
 
 

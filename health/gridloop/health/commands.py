@@ -1,0 +1,166 @@
+"""`gridloop health run | reset-breaker | status`: the service's command line.
+
+The policy file is read and validated before anything talks to a cluster or
+to Prometheus: a bad file is one line naming the field, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from kubernetes import client, config
+
+from gridloop.errors import UsageError
+from gridloop.health import breaker as breakers
+from gridloop.health import status
+from gridloop.health.policy import Policy
+from gridloop.health.policy_loading import load_policy
+
+DEFAULT_POLICY = Path(__file__).resolve().parents[3] / "policies" / "health.yaml"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    health = sub.add_parser("health", help="the GPU health service")
+    verbs = health.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def common(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--kubeconfig",
+            type=Path,
+            default=None,
+            help="default: in-cluster, else $KUBECONFIG or ~/.kube/config",
+        )
+        p.add_argument(
+            "--namespace",
+            default="gridloop-system",
+            help="where the status ConfigMap and the Lease live",
+        )
+        return p
+
+    p = common(verbs.add_parser("run", help="watch DCGM metrics and quarantine failing nodes"))
+    p.add_argument("--prometheus-url", required=True)
+    p.add_argument("--config", type=Path, default=DEFAULT_POLICY, help="the health policy file")
+    p.add_argument(
+        "--exporter-job",
+        default="dcgm-exporter",
+        help="Prometheus job of the DCGM exporter targets",
+    )
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")
+    p.add_argument(
+        "--listen", default="127.0.0.1:9464", help="address for /metrics, /healthz and /readyz"
+    )
+    p.add_argument(
+        "--identity",
+        default=f"{socket.gethostname()}-{os.getpid()}",
+        help="this replica's name in the leader Lease",
+    )
+    p.add_argument("--no-leader-election", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
+    p.add_argument("--once", action="store_true", help="run one cycle, print it, exit")
+    p.set_defaults(func=cmd_run)
+
+    p = common(verbs.add_parser("reset-breaker", help="resume quarantines after a trip"))
+    p.set_defaults(func=cmd_reset)
+
+    p = common(verbs.add_parser("status", help="breaker state and the last cycle"))
+    p.add_argument("--output", "-o", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_status)
+
+
+def _api(kubeconfig: Path | None) -> client.ApiClient:
+    conf = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=conf)
+    else:
+        path = str(kubeconfig) if kubeconfig else None
+        config.load_kube_config(config_file=path, client_configuration=conf)
+    return client.ApiClient(conf)
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"--listen {value!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    policy: Policy = load_policy(args.config)  # before any cluster call
+    if args.dry_run:
+        policy = dataclasses.replace(policy, dry_run=True)
+    if args.interval <= 0:
+        raise UsageError(f"--interval {args.interval}: must be positive")
+    host, port = _listen(args.listen)
+
+    from prometheus_api_client import PrometheusConnect
+
+    from gridloop.health.leadership import Lease
+    from gridloop.health.metrics import Metrics, serve
+    from gridloop.health.service import HealthService
+
+    api = _api(args.kubeconfig)
+    prom = PrometheusConnect(url=args.prometheus_url, retry=None)
+    metrics = Metrics()
+    log = _logger()
+    service = HealthService(api, prom, policy, args.namespace, args.exporter_job, metrics, log=log)
+    if args.once:
+        report = service.cycle()
+        for o in report.outcomes:
+            print(f"{type(o.action).__name__}: {o.action} applied={o.applied} {o.detail}")
+        return 0
+    ready = threading.Event()
+    server = serve(metrics, host, port, ready.is_set)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    lease = None if args.no_leader_election else Lease(api, args.namespace, args.identity)
+    log(
+        f"health service started: {args.prometheus_url}, every {args.interval}s, "
+        f"metrics on {host}:{server.server_port}, dry-run={policy.dry_run}"
+    )
+    ready.set()
+    service.run(args.interval, stop, lease)
+    server.shutdown()
+    return 0
+
+
+def _logger() -> Callable[[str], None]:
+    def log(message: str) -> None:
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        print(f"{stamp} {message}", flush=True)
+
+    return log
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    core = client.CoreV1Api(_api(args.kubeconfig))
+    before = status.load(core, args.namespace)
+    status.save(core, args.namespace, breakers.reset(before), {"resetBy": "gridloop health"})
+    print(
+        "breaker reset"
+        + (f" (was tripped: {before.reason})" if before.tripped else " (it was not tripped)")
+    )
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    core = client.CoreV1Api(_api(args.kubeconfig))
+    b = status.load(core, args.namespace)
+    info = {
+        "breaker": {"tripped": b.tripped, "reason": b.reason, "quarantinesInWindow": len(b.recent)}
+    }
+    if args.output == "json":
+        print(json.dumps(info, indent=2))
+    else:
+        state = f"TRIPPED ({b.reason})" if b.tripped else "closed"
+        print(f"breaker: {state}; quarantines in window: {len(b.recent)}")
+    return 0

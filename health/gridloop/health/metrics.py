@@ -1,0 +1,86 @@
+"""The health service's own metrics, and the /metrics, /healthz, /readyz server.
+
+Its decisions are visible here (and as Events): actions by type and whether
+they were applied, nodes quarantined, breaker state, cycle time, the age of
+the newest DCGM sample, and why a cycle held back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.actions = Counter(
+            "gridloop_health_actions",
+            "Actions planned, by type and outcome",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.quarantined = Gauge(
+            "gridloop_health_quarantined_nodes",
+            "Nodes currently quarantined by gridloop",
+            registry=r,
+        )
+        self.breaker = Gauge(
+            "gridloop_health_breaker_tripped", "1 while the circuit breaker is tripped", registry=r
+        )
+        self.cycle = Histogram(
+            "gridloop_health_cycle_seconds",
+            "Wall time of one cycle",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.staleness = Gauge(
+            "gridloop_health_prometheus_staleness_seconds",
+            "Age of the newest DCGM sample (-1: none)",
+            registry=r,
+        )
+        self.hold = Gauge(
+            "gridloop_health_holding", "1 while the last cycle held back", ["reason"], registry=r
+        )
+        self.dry_run = Gauge("gridloop_health_dry_run", "1 when running in dry-run", registry=r)
+        self.leader = Gauge("gridloop_health_leader", "1 while this replica leads", registry=r)
+
+    def expose(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def serve(metrics: Metrics, host: str, port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:
+    """Serve in a daemon thread; returns the server (its `server_port` is the bound port)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body, ctype, code = metrics.expose(), CONTENT_TYPE_LATEST, 200
+            elif self.path == "/healthz":
+                body, ctype, code = b"ok\n", "text/plain", 200
+            elif self.path == "/readyz":
+                ok = ready()
+                body, ctype, code = (
+                    (b"ok\n" if ok else b"not ready\n"),
+                    "text/plain",
+                    (200 if ok else 503),
+                )
+            else:
+                body, ctype, code = b"not found\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # scrapes every few seconds would drown the log
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health-http", daemon=True).start()
+    return server

@@ -1,0 +1,133 @@
+"""One health cycle, and the loop that repeats it: read, plan, act, record.
+
+    nodes (API) + DCGM series (Prometheus) -> Observed -> plan() -> actions
+      -> Executor (patches, Events) -> breaker and status ConfigMap -> metrics
+
+The cycle is level-triggered: it reads the whole world each time and never
+remembers anything the cluster does not (the record is in node annotations and
+the status ConfigMap), so a restart or a failover repeats no action.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from gridloop.health import breaker as breakers
+from gridloop.health import status
+from gridloop.health.acting import Executor, Outcome
+from gridloop.health.actions import Hold, TripBreaker, Warn
+from gridloop.health.leadership import Lease
+from gridloop.health.listing import GPU_NODES, node_views
+from gridloop.health.metrics import Metrics
+from gridloop.health.observed import Observed
+from gridloop.health.plan import plan
+from gridloop.health.policy import Policy
+from gridloop.health.reading import build_observed, read
+from gridloop.health.signals import queries
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    outcomes: list[Outcome]
+    seconds: float
+    held: str | None
+
+
+class HealthService:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        prom: Any,
+        policy: Policy,
+        namespace: str,
+        exporter_job: str = "dcgm-exporter",
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        log: Log = print,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.prom, self.policy, self.namespace = prom, policy, namespace
+        self.queries = queries(policy, exporter_job)
+        self.executor = Executor(api, dry_run=policy.dry_run, clock=clock)
+        self.metrics = metrics or Metrics()
+        self.metrics.dry_run.set(1 if policy.dry_run else 0)
+        self.clock, self.log = clock, log
+
+    def observe(self) -> Observed:
+        raw = self.core.list_node(label_selector=GPU_NODES, _preload_content=False)
+        nodes = node_views(json.loads(raw.data)["items"], self.policy.opt_out_label)
+        results = read(self.prom, self.queries)
+        if isinstance(results, str):
+            return Observed(nodes=nodes, prometheus_error=results)
+        return build_observed(results, nodes)
+
+    def cycle(self) -> CycleReport:
+        start = time.monotonic()
+        now = self.clock()
+        observed = self.observe()
+        breaker = status.load(self.core, self.namespace)
+        actions = plan(observed, self.policy, breaker, now)
+        outcomes = self.executor.apply(actions)
+        after = breakers.advance(breaker, actions, observed.nodes, now, self.policy.limits.window_s)
+        held = next((a.reason for a in actions if isinstance(a, Hold)), None)
+        summary = {
+            "at": now,
+            "held": held,
+            "dryRun": self.policy.dry_run,
+            "actions": dict(Tally(type(a).__name__ for a in actions)),
+        }
+        if not self.policy.dry_run:
+            status.save(self.core, self.namespace, after, summary)
+        self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
+        for a in actions:
+            if isinstance(a, Hold | Warn | TripBreaker):
+                self.log(f"{type(a).__name__.lower()}: {a}")
+        return CycleReport(outcomes, time.monotonic() - start, held)
+
+    def _record(
+        self,
+        observed: Observed,
+        outcomes: list[Outcome],
+        tripped: bool,
+        held: str | None,
+        seconds: float,
+    ) -> None:
+        m = self.metrics
+        for o in outcomes:
+            m.actions.labels(type(o.action).__name__, "applied" if o.applied else "planned").inc()
+            if o.applied or self.policy.dry_run:
+                self.log(
+                    f"{type(o.action).__name__.lower()} {getattr(o.action, 'node', '')}"
+                    f"{' (dry-run)' if self.policy.dry_run else ''}: {o.detail}".rstrip(": ")
+                )
+        m.quarantined.set(sum(1 for n in observed.nodes.values() if n.record is not None))
+        m.breaker.set(1 if tripped else 0)
+        m.cycle.observe(seconds)
+        age = observed.newest_sample_age_s
+        m.staleness.set(-1 if age is None else age)
+        m.hold.clear()
+        if held:
+            m.hold.labels(held.split(":")[0][:60]).set(1)
+
+    def run(self, interval_s: float, stop: threading.Event, lease: Lease | None = None) -> None:
+        """Cycle every `interval_s` until `stop` is set; act only while holding `lease`."""
+        while not stop.is_set():
+            started = time.monotonic()
+            leading = lease.hold() if lease else True
+            self.metrics.leader.set(1 if leading else 0)
+            if leading:
+                try:
+                    self.cycle()
+                except Exception as err:  # one bad cycle must not kill the service
+                    self.log(f"cycle failed: {' '.join(str(err).split())[:300]}")
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
