@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from gridloop.errors import GridloopError
 from gridloop.health import commands as health_commands
 from gridloop.local import commands as local_commands
+from gridloop.sim import commands as sim_commands
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -23,6 +24,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     local_commands.register(sub)
     health_commands.register(sub)
+    sim_commands.register(sub)
     return parser
 
 

@@ -23,6 +23,7 @@ class Component:
     name: str
     version: str
     module: str
+    debian: str = ""  # a Debian package name, for components unpacked from Debian
 
     @property
     def minor(self) -> str:
@@ -59,6 +60,7 @@ def load() -> dict[str, Component]:
             name=name,
             version=spec["version"],
             module=str(spec.get("module", "")),
+            debian=str(spec.get("debian", "")),
         )
     return out
 

@@ -31,10 +31,12 @@ def test_the_repo_root_versions_file_is_the_one_read() -> None:
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.component for r in RECIPES])
-def test_every_recipe_names_a_pinned_component_with_a_module(recipe: Recipe) -> None:
+def test_every_recipe_names_a_pinned_component_and_where_it_comes_from(recipe: Recipe) -> None:
     component = versions.get(recipe.component)
 
-    assert component.module
+    # a Go module to build from, or a Debian package to unpack: never both, never neither
+    assert bool(component.module) != bool(component.debian)
+    assert bool(component.debian) == bool(recipe.debian_files)
     assert binary_names(recipe)
 
 

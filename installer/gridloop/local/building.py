@@ -102,6 +102,9 @@ def build(components: Iterable[str] | None = None, report: Reporter = lambda p: 
             for name in binary_names(recipe):
                 report(Progress(comp.name, comp.version, name, "cached"))
             continue
+        if recipe.debian_files:
+            _unpack_debian(recipe, comp, report)
+            continue
         go = check_go(f"{comp.name} {comp.version}")
         _build_component(go, recipe, comp, report)
 
@@ -189,4 +192,43 @@ def _shim_source(pkg: str) -> str:
         "package main\n\n"
         f'import (\n\t"os"\n\n\tentry "{pkg}"\n)\n\n'
         "func main() { entry.Main(os.Args) }\n"
+    )
+
+
+def _unpack_debian(recipe: Recipe, comp: Component, report: Reporter) -> None:
+    """`apt-get download` the pinned package and unpack its binaries: no install, no service."""
+    folder = component_dir(comp)
+    src, bindir, log = folder / "src", folder / "bin", folder / "build.log"
+    (folder / STAMP).unlink(missing_ok=True)
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    bindir.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"gridloop local build: {comp.name} {comp.version} (Debian {comp.debian})\n")
+    what = f"fetching {comp.name} {comp.version}"
+    for tool in ("apt-get", "dpkg-deb"):
+        if shutil.which(tool) is None:
+            raise BuildError(
+                f"{tool} not found: {comp.name} comes from Debian's {comp.debian} package"
+            )
+    report(Progress(comp.name, comp.version, comp.debian, "building", log=log))
+    start, env = time.monotonic(), dict(os.environ)
+    download = ["apt-get", "download", f"{comp.debian}={comp.version}"]
+    try:
+        _run(download, src, log, env, what)
+    except BuildError:
+        if os.geteuid() != 0:
+            raise BuildError(
+                f"{what} failed: the package lists may be missing; run `sudo apt-get update` "
+                f"(log: {log})"
+            ) from None
+        _run(["apt-get", "update"], src, log, env, f"{what}: apt-get update")
+        _run(download, src, log, env, what)
+    deb = next(src.glob(f"{comp.debian}_*.deb"))
+    _run(["dpkg-deb", "-x", str(deb), str(src / "root")], src, log, env, f"{what}: unpacking")
+    for name, inside in recipe.debian_files.items():
+        shutil.copy2(src / "root" / inside, bindir / name)
+    deb.unlink()
+    report(Progress(comp.name, comp.version, comp.debian, "built", time.monotonic() - start, log))
+    (folder / STAMP).write_text(
+        json.dumps({"fingerprint": recipe.fingerprint(comp), "built": time.time()}) + "\n"
     )

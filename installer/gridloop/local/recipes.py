@@ -26,10 +26,13 @@ class Recipe:
     shims: dict[str, str] = field(default_factory=dict)
     # version to pin each module the upstream go.mod replaced with a local folder
     pin: Callable[[Component, str], str] = lambda comp, _module: comp.version
+    # for a Debian package: binary name -> path inside the package
+    debian_files: dict[str, str] = field(default_factory=dict)
 
     def fingerprint(self, comp: Component) -> str:
         parts = [comp.version, comp.module, *sorted(self.binaries.items())]
         parts += [*self.tags, *self.ldflags(comp), *sorted(self.shims.items())]
+        parts += [comp.debian, *sorted(self.debian_files.items())]
         return "|".join(map(str, parts))
 
 
@@ -76,11 +79,17 @@ RECIPES: tuple[Recipe, ...] = (
             "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
         ],
     ),
+    Recipe(
+        component="prometheus",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={"prometheus": "usr/bin/prometheus", "promtool": "usr/bin/promtool"},
+    ),
 )
 
 
 def binary_names(recipe: Recipe) -> list[str]:
-    return [*recipe.shims, *recipe.binaries]
+    return [*recipe.shims, *recipe.binaries, *recipe.debian_files]
 
 
 def recipe_for(component: str) -> Recipe:

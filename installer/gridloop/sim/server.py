@@ -1,0 +1,163 @@
+"""The simulated dcgm-exporters: one HTTP server standing in for every node's exporter.
+
+Prometheus scrapes ``/nodes/<node>/metrics`` as if each were a node's dcgm-exporter
+(``/targets`` lists the nodes, to generate its scrape config). A node with an
+``exporter-down`` fault answers 503, so Prometheus records ``up == 0`` for it exactly as
+for a crashed exporter. Faults come from the faults file, re-read whenever it changes
+(``gridloop sim inject`` replaces it atomically), so injecting needs no second channel.
+
+A thin shell: it binds 127.0.0.1 only, reads two files and the clock, and leaves every
+decision about what a GPU reads to ``exposition.render_node``.
+
+    python -m gridloop.sim.server --fleet FLEET.yaml --faults FAULTS.json --port PORT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import cast
+
+from gridloop.errors import GridloopError, UsageError
+from gridloop.fleet import FleetError, PlannedNode, load_fleet, planned_nodes
+from gridloop.sim.exposition import render_node
+from gridloop.sim.faults import FaultSet
+from gridloop.sim.storing import read_faults
+
+HOST = "127.0.0.1"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Simulation:
+    """The fleet, and the faults file as last read; safe to share between request threads."""
+
+    def __init__(self, nodes: Sequence[PlannedNode], faults_path: Path, started: float) -> None:
+        self.nodes = {node.name: node for node in nodes}
+        self.faults_path = faults_path
+        self.started = started
+        self._faults = FaultSet()
+        self._seen: tuple[int, int, int] | None = None
+        self._lock = threading.Lock()
+
+    def faults(self) -> FaultSet:
+        """The current faults: re-read when the file's identity or mtime changed.
+
+        A bad file keeps the last good faults (and says so once), so a hand edit gone
+        wrong does not make every GPU of the fleet look healthy at once.
+        """
+        with self._lock:
+            try:
+                st = os.stat(self.faults_path)
+                seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                seen = (0, 0, 0)
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    self._faults = read_faults(self.faults_path)
+                except UsageError as err:
+                    print(f"warning: keeping the previous faults: {err}", file=sys.stderr)
+            return self._faults
+
+
+class SimServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, port: int, simulation: Simulation) -> None:
+        self.simulation = simulation
+        super().__init__((HOST, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "gridloop-dcgm-sim/1"
+
+    def do_GET(self) -> None:  # the name http.server dispatches to
+        sim = cast(SimServer, self.server).simulation
+        path = self.path.split("?", 1)[0]
+        parts = path.strip("/").split("/")
+        if path == "/healthz":
+            self._send(HTTPStatus.OK, "ok\n")
+        elif path == "/targets":
+            self._send(HTTPStatus.OK, json.dumps(list(sim.nodes)), "application/json")
+        elif len(parts) == 3 and parts[0] == "nodes" and parts[2] == "metrics":
+            node = sim.nodes.get(parts[1])
+            faults = sim.faults()
+            if node is None:
+                self._send(HTTPStatus.NOT_FOUND, f"no node {parts[1]!r} in the fleet\n")
+            elif faults.exporter_down(node.name):
+                self._send(HTTPStatus.SERVICE_UNAVAILABLE, "exporter down (injected fault)\n")
+            else:
+                body = render_node(node, faults, time.time(), sim.started)
+                self._send(HTTPStatus.OK, body, CONTENT_TYPE)
+        else:
+            self._send(HTTPStatus.NOT_FOUND, "try /nodes/<node>/metrics or /targets\n")
+
+    def _send(self, status: HTTPStatus, body: str, ctype: str = "text/plain") -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silent: Prometheus scraping thousands of nodes would flood the log."""
+
+
+def make_server(fleet_path: Path, faults_path: Path, port: int) -> SimServer:
+    """A bound, not yet serving, server; UsageError for a bad fleet or a busy port."""
+    try:
+        nodes = planned_nodes(load_fleet(fleet_path))
+    except FleetError as err:
+        raise UsageError(str(err)) from err
+    simulation = Simulation(nodes, faults_path, started=time.time())
+    try:
+        return SimServer(port, simulation)
+    except OSError as err:
+        raise UsageError(f"--port {port}: cannot listen on {HOST}:{port}: {err}") from err
+
+
+def serve(fleet_path: Path, faults_path: Path, port: int) -> None:
+    """Serve until interrupted."""
+    server = make_server(fleet_path, faults_path, port)
+    count = len(server.simulation.nodes)
+    print(
+        f"dcgm simulator: {count} nodes on http://{HOST}:{server.port}/nodes/<node>/metrics",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gridloop.sim.server", description=__doc__)
+    parser.add_argument("--fleet", type=Path, required=True, help="the fleet file")
+    parser.add_argument("--faults", type=Path, required=True, help="the faults JSON file")
+    parser.add_argument("--port", type=int, required=True, help=f"port on {HOST}")
+    args = parser.parse_args(argv)
+    try:
+        serve(args.fleet, args.faults, args.port)
+    except GridloopError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
