@@ -3,7 +3,8 @@
 For each fleet size, in the same run and on the same machine:
 
 - gridloop: `cluster.up()` with the fleet (binaries already built): control
-  plane start, concurrent node creation, wait until every node is Ready;
+  plane start, concurrent node creation, wait until every node is Ready
+  (without the GPU-health processes: this measures the cluster and its fleet);
 - baseline: the same control plane started with an empty fleet, then the same
   Node objects created one by one in a plain `kubernetes` client loop, then the
   same wait for Ready.
@@ -70,7 +71,7 @@ def _memory(state: State) -> dict[str, dict[str, int]]:
 def run_gridloop(workdir: Path, fleet_file: Path) -> dict[str, object]:
     state_dir = workdir / "state-gridloop"
     t0 = time.monotonic()
-    res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None)
+    res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None, gpu_health=False)
     total = time.monotonic() - t0
     mem = _memory(res.state)
     cluster.down(state_dir, purge=True)
@@ -86,7 +87,9 @@ def run_baseline(workdir: Path, fleet_file: Path) -> dict[str, object]:
     state_dir = workdir / "state-baseline"
     fleet = load_fleet(fleet_file)
     t0 = time.monotonic()
-    res = cluster.up(state_dir, _empty_like(fleet_file), BASE_PORT, say=lambda _m: None)
+    res = cluster.up(
+        state_dir, _empty_like(fleet_file), BASE_PORT, say=lambda _m: None, gpu_health=False
+    )
     started = time.monotonic() - t0
     core = client.CoreV1Api(kube.api_client(res.state.kubeconfig))
     t1 = time.monotonic()

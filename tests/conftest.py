@@ -53,12 +53,15 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     reuse = os.environ.get("GRIDLOOP_TEST_STATE")
     if reuse:
         state = load(Path(reuse))
-        if state is None or len(cluster.running(state)) != len(cluster.ORDER):
+        if not cluster.fully_running(state):
             pytest.fail(f"GRIDLOOP_TEST_STATE={reuse}: no running local cluster there")
         yield LocalCluster(state, kube.api_client(state.kubeconfig))
         return
     state_dir = tmp_path_factory.mktemp("cluster") / "state"
-    result = cluster.up(state_dir, DEFAULT_FLEET, TEST_BASE_PORT, say=lambda _m: None)
+    # the exporters and Prometheus run; health tests drive their own health service
+    result = cluster.up(
+        state_dir, DEFAULT_FLEET, TEST_BASE_PORT, say=lambda _m: None, health_service=False
+    )
     try:
         yield LocalCluster(result.state, kube.api_client(result.state.kubeconfig))
     finally:

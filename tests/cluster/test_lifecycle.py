@@ -75,6 +75,8 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "dcgm-sim",
+        "prometheus",
     ]
     assert info["nodes"] == {"ready": 24, "total": 24, "expected": 24}
     assert info["state_dir"] == str(local_cluster.state.dir)
@@ -131,13 +133,14 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path, gridloop):
     )
     assert up.returncode == 0, up.stderr
     pids = [p["pid"] for p in _state_json(state_dir)["processes"]]
-    assert len(pids) == 5 and all(_running(pid) for pid in pids)
+    assert len(pids) == 8 and all(_running(pid) for pid in pids)
 
     down = gridloop("local", "down", "--state-dir", str(state_dir))
 
     assert down.returncode == 0, down.stderr
-    assert "stopped: kwok, kube-scheduler, kube-controller-manager, kube-apiserver, etcd" in (
-        down.stdout
+    assert (
+        "stopped: gridloop-health, prometheus, dcgm-sim, kwok, kube-scheduler, "
+        "kube-controller-manager, kube-apiserver, etcd" in down.stdout
     )
     assert not [pid for pid in pids if _running(pid)]
     assert not [p for p in ports.by_process().values() if processes.listening(p)]

@@ -27,6 +27,9 @@ ADDRESS_FLAGS = (
     "--advertise-address",
     "--server-address",
     "--node-ip",
+    "--web.listen-address",
+    "--prometheus-url",
+    "--listen",
 )
 
 
@@ -39,6 +42,12 @@ def argvs(ports: Ports) -> dict[str, list[str]]:
         ),
         "kube-scheduler": flags.scheduler(Path("/bin/kube-scheduler"), ports, PKI),
         "kwok": flags.kwok(Path("/bin/kwok"), ports, PKI, Path("/state/kwok.yaml"), NODE_LABEL),
+        "prometheus": flags.prometheus(
+            Path("/bin/prometheus"), ports, Path("/state/prometheus.yml"), Path("/state/prom")
+        ),
+        "gridloop-health": flags.health(
+            Path("/bin/python"), ports, Path("/state/kubeconfig"), Path("/state/health.yaml")
+        ),
     }
 
 
@@ -109,7 +118,7 @@ def test_ports_from_base_are_distinct_and_apiserver_is_base_plus_43(base: int) -
     ports = Ports.from_base(base)
 
     by_process = ports.by_process()
-    assert len(set(by_process.values())) == len(by_process) == 6
+    assert len(set(by_process.values())) == len(by_process) == 9
     assert ports.etcd == base
     assert ports.apiserver == base + 43
     assert all(base <= port <= 65535 for port in by_process.values())
@@ -123,7 +132,22 @@ def test_by_process_names_every_control_plane_process() -> None:
         "kube-controller-manager",
         "kube-scheduler",
         "kube-apiserver",
+        "dcgm-sim",
+        "prometheus",
+        "gridloop-health",
     }
+
+
+def test_prometheus_scrapes_each_simulated_exporter_as_its_own_target_on_loopback() -> None:
+    ports = Ports.from_base(BASE)
+    config = flags.prometheus_config(ports, ["a-0", "b-1"])
+
+    [job] = config["scrape_configs"]  # type: ignore[index]
+    assert job["job_name"] == flags.EXPORTER_JOB
+    groups = job["static_configs"]
+    assert [g["labels"]["node"] for g in groups] == ["a-0", "b-1"]
+    assert {t for g in groups for t in g["targets"]} == {f"{LOOPBACK}:{ports.dcgm_sim}"}
+    assert groups[1]["labels"]["__metrics_path__"] == "/nodes/b-1/metrics"
 
 
 @pytest.mark.parametrize("base", [-1, 0, 80, 1023, 65535 - 42, 65535, 70000])

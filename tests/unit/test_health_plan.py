@@ -131,7 +131,7 @@ def test_an_operator_override_turns_an_xid_off():
     [
         pytest.param(
             {"prometheus_error": "connection refused"},
-            "Prometheus unreachable",
+            "cannot read Prometheus",
             id="prometheus-down",
         ),
         pytest.param({"newest_sample_age_s": 31.0}, "stale after 30s", id="stale-samples"),

@@ -3,7 +3,7 @@
 No I/O, no clock, no globals: everything it knows comes in as arguments, and
 everything it decides goes out as plain data (actions.py). Rules, in order:
 
-1. Unsure means do nothing: Prometheus unreachable, its newest sample older
+1. Unsure means do nothing: Prometheus unreachable or failing, its newest sample older
    than two scrape intervals, or no DCGM sample for the whole fleet -> Hold.
 2. A node whose exporter is down is unknown, not broken -> Warn, no action.
 3. Nodes gridloop quarantined: a person uncordoned it -> Acknowledge (never
@@ -113,7 +113,7 @@ def limit(max_nodes: int, max_percent: float, size: int) -> int:
 
 def plan(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> list[Action]:
     if observed.prometheus_error:
-        return [Hold(f"Prometheus unreachable: {observed.prometheus_error}")]
+        return [Hold(f"cannot read Prometheus: {observed.prometheus_error}")]
     if observed.newest_sample_age_s is None or not any(observed.gpus.values()):
         return [Hold("no DCGM samples for the whole fleet")]
     if observed.newest_sample_age_s > policy.stale_after_s:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gridloop.health.policy import Policy
 
 HOST_LABELS = ("Hostname", "hostname")
+GPU_KEYS = ("UUID", "gpu", *HOST_LABELS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
 
 
@@ -45,12 +46,16 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
             f"rate(DCGM_FI_DEV_POWER_VIOLATION[{_window(s.power_violation.window_s)}]) / 1e6"
         )
     if s.nvlink_errors:
-        w = _window(s.nvlink_errors.window_s)
-        names = "CRC_FLIT|CRC_DATA|REPLAY|RECOVERY"
-        q["nvlink"] = (
-            "sum without (__name__) (rate({__name__=~"
-            f'"DCGM_FI_DEV_NVLINK_({names})_ERROR_COUNT_TOTAL"}}[{w}]))'
-        )
+        w, by = _window(s.nvlink_errors.window_s), ", ".join(GPU_KEYS)
+        # Prometheus 2 refuses rate() over several metric names at once (the names are
+        # dropped, the label sets collide), so each counter is summed per GPU and a
+        # missing counter counts as zero against the presence gauge.
+        zero = f"(0 * sum by ({by}) ({PRESENCE}))"
+        terms = [
+            f"(sum by ({by}) (rate(DCGM_FI_DEV_NVLINK_{name}_ERROR_COUNT_TOTAL[{w}])) or {zero})"
+            for name in ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+        ]
+        q["nvlink"] = " + ".join(terms)
     if s.pcie_replays:
         q["pcie"] = f"rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[{_window(s.pcie_replays.window_s)}])"
     return q

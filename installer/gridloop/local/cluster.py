@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,8 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
 from gridloop.errors import ClusterError, UsageError
-from gridloop.fleet import SIMULATED_LABEL, Fleet, FleetError, load_fleet
+from gridloop.fleet import SIMULATED_LABEL, Fleet, FleetError, load_fleet, planned_nodes
 from gridloop.local import building, certs, flags, kube, processes, simulated_nodes, stages
 from gridloop.local.flags import LOOPBACK, Ports
 from gridloop.local.processes import Proc
@@ -29,7 +34,13 @@ Say = Callable[[str], None]
 
 # the order processes start in, and the reverse of the order they stop in
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# simulated dcgm-exporters, a real Prometheus scraping them, the health service
+GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 START_TIMEOUT = 60.0
+
+
+def default_health_policy() -> Path:
+    return Path(__file__).resolve().parents[3] / "policies" / "health.yaml"
 
 
 def default_fleet_file() -> Path:
@@ -47,6 +58,13 @@ def running(state: State | None) -> list[Proc]:
     return [p for p in state.processes if processes.alive(p)] if state else []
 
 
+def fully_running(state: State | None) -> bool:
+    if state is None or not state.processes:
+        return False
+    expected = state.components or list(ORDER)
+    return [p.name for p in running(state)] == expected
+
+
 @dataclass(frozen=True)
 class UpResult:
     state: State
@@ -57,21 +75,41 @@ class UpResult:
     deleted: int = 0
 
 
-def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> UpResult:
+def up(
+    state_dir: Path,
+    fleet_path: Path,
+    base_port: int,
+    say: Say = print,
+    gpu_health: bool = True,
+    health_policy: Path | None = None,
+    health_service: bool = True,
+) -> UpResult:
+    """Start the cluster; with `gpu_health`, also the simulated dcgm-exporters and
+    Prometheus, and (unless `health_service` is False) the health service itself."""
     fleet = read_fleet(fleet_path)
+    policy_path = health_policy or default_health_policy()
+    if gpu_health:
+        from gridloop.health.policy_loading import load_policy
+
+        load_policy(policy_path)  # a bad policy is refused before anything starts
     try:
         ports = Ports.from_base(base_port)
     except ValueError as err:
         raise UsageError(str(err)) from err
     previous = load(state_dir)
     alive = running(previous)
-    if previous and alive and len(alive) == len(ORDER):
+    if fully_running(previous):
+        assert previous is not None
         return UpResult(previous, already_running=True)
     if previous and alive:
         say(f"found a partly running cluster ({', '.join(p.name for p in alive)}): restarting it")
         _stop_all(previous)
-    processes.check_ports_free(ports.by_process())
-    binaries = _binaries(say)
+    extra = GPU_HEALTH if health_service else GPU_HEALTH[:-1]
+    components = [*ORDER, *(extra if gpu_health else ())]
+    owners = ports.by_process()
+    in_use = {k: v for k, v in owners.items() if k in components or k == "etcd (peer)"}
+    processes.check_ports_free(in_use)
+    binaries = _binaries(say, gpu_health)
 
     state = State(
         dir=state_dir,
@@ -80,11 +118,12 @@ def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> U
         fleet_name=fleet.name,
         nodes=fleet.node_count,
         started_at=time.time(),
+        components=components,
     )
-    _prepare(state, fleet_path, binaries)
+    _prepare(state, fleet_path, binaries, fleet, policy_path)
     t0 = time.monotonic()
     try:
-        _start_all(state, binaries, say)
+        _start_all(state, binaries, say, ORDER)
         started = time.monotonic() - t0
         api = kube.api_client(state.kubeconfig)
         result = simulated_nodes.sync(api, fleet)
@@ -95,6 +134,9 @@ def up(state_dir: Path, fleet_path: Path, base_port: int, say: Say = print) -> U
         ready = simulated_nodes.wait_ready(
             api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )
+        if gpu_health:
+            _ensure_namespace(api, flags.HEALTH_NAMESPACE)
+            _start_all(state, binaries, say, tuple(components[len(ORDER) :]))
     except BaseException:
         _stop_all(state)
         raise
@@ -113,18 +155,30 @@ def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
     return report
 
 
-def _binaries(say: Say) -> dict[str, Path]:
-    missing = building.missing_components()
+def _binaries(say: Say, gpu_health: bool) -> dict[str, Path]:
+    missing = [c for c in building.missing_components() if gpu_health or c != "prometheus"]
     if missing:
         say(f"building missing components: {', '.join(missing)}")
         building.build(missing, lambda p: say(f"  {p.binary} {p.version}: {p.status}"))
-    names = (*ORDER, "kubectl", "helm")
-    return {name: building.binary(name) for name in names}
+    names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
+    found = {name: building.binary(name) for name in names}
+    found["python"] = Path(sys.executable)
+    return found
 
 
-def _prepare(state: State, fleet_path: Path, binaries: dict[str, Path]) -> None:
+def _ensure_namespace(api: client.ApiClient, name: str) -> None:
+    try:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    except ApiException as err:
+        if err.status != 409:
+            raise ClusterError(f"creating namespace {name}: {err.reason}") from err
+
+
+def _prepare(
+    state: State, fleet_path: Path, binaries: dict[str, Path], fleet: Fleet, policy: Path
+) -> None:
     d = state.dir
-    for sub in ("pki", "etcd", "logs", "bin"):
+    for sub in ("pki", "etcd", "logs", "bin", "sim", "prometheus"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     (d / "etcd").chmod(0o700)
     pki = certs.ensure_pki(d / "pki")
@@ -138,6 +192,11 @@ def _prepare(state: State, fleet_path: Path, binaries: dict[str, Path]) -> None:
         link = d / "bin" / tool
         link.unlink(missing_ok=True)
         link.symlink_to(binaries[tool])
+    nodes = [p.name for p in planned_nodes(fleet)]
+    (d / "prometheus.yml").write_text(
+        yaml.safe_dump(flags.prometheus_config(state.ports, nodes), sort_keys=False)
+    )
+    (d / "health-policy.yaml").write_bytes(policy.read_bytes())
 
 
 def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
@@ -153,6 +212,21 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             return flags.scheduler(binaries[name], ports, pki)
         case "kwok":
             return flags.kwok(binaries[name], ports, pki, state.dir / "kwok.yaml", SIMULATED_LABEL)
+        case "dcgm-sim":
+            return flags.dcgm_sim(
+                binaries["python"],
+                ports,
+                state.dir / "fleet.yaml",
+                state.dir / "sim" / "faults.json",
+            )
+        case "prometheus":
+            return flags.prometheus(
+                binaries[name], ports, state.dir / "prometheus.yml", state.dir / "prometheus"
+            )
+        case "gridloop-health":
+            return flags.health(
+                binaries["python"], ports, state.kubeconfig, state.dir / "health-policy.yaml"
+            )
     raise KeyError(name)
 
 
@@ -163,6 +237,9 @@ def _health_url(name: str, ports: Ports) -> str:
         "kube-controller-manager": f"https://{LOOPBACK}:{ports.controller_manager}/healthz",
         "kube-scheduler": f"https://{LOOPBACK}:{ports.scheduler}/healthz",
         "kwok": f"http://{LOOPBACK}:{ports.kwok}/healthz",
+        "dcgm-sim": f"http://{LOOPBACK}:{ports.dcgm_sim}/healthz",
+        "prometheus": f"http://{LOOPBACK}:{ports.prometheus}/-/ready",
+        "gridloop-health": f"http://{LOOPBACK}:{ports.health}/readyz",
     }[name]
 
 
@@ -185,8 +262,8 @@ def healthy(name: str, state: State) -> bool:
         return False
 
 
-def _start_all(state: State, binaries: dict[str, Path], say: Say) -> None:
-    for name in ORDER:
+def _start_all(state: State, binaries: dict[str, Path], say: Say, names: tuple[str, ...]) -> None:
+    for name in names:
         t0 = time.monotonic()
         proc = processes.start(
             name, _argv(name, state, binaries), state.dir / "logs" / f"{name}.log", state.dir
@@ -223,7 +300,12 @@ def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
     busy: list[int] = []
     if state:
         deadline = time.monotonic() + 10
-        busy = list(state.ports.by_process().values())
+        names = state.components or list(ORDER)
+        busy = [
+            p
+            for owner, p in state.ports.by_process().items()
+            if owner in names or owner == "etcd (peer)"
+        ]
         while busy and time.monotonic() < deadline:
             busy = [p for p in busy if processes.listening(p)]
             if busy:

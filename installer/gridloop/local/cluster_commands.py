@@ -38,6 +38,24 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help=f"first of the loopback ports used (default {DEFAULT_BASE_PORT}; "
         "the API server listens on base+43)",
     )
+    p.add_argument(
+        "--no-gpu-health",
+        dest="gpu_health",
+        action="store_false",
+        help="skip the simulated dcgm-exporters, Prometheus and the health service",
+    )
+    p.add_argument(
+        "--no-health-service",
+        dest="health_service",
+        action="store_false",
+        help="start the exporters and Prometheus but not the health service",
+    )
+    p.add_argument(
+        "--health-policy",
+        type=Path,
+        default=None,
+        help="health policy for the health service (default policies/health.yaml)",
+    )
     p.set_defaults(func=cmd_up)
 
     p = with_state(verbs.add_parser("down", help="stop every process the cluster started"))
@@ -72,7 +90,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError(f"--fleet: no such file: {fleet}")
     state_dir = _state_dir(args)
     t0 = time.monotonic()
-    res = cluster.up(state_dir, fleet, args.base_port, say=lambda m: print(m, flush=True))
+    res = cluster.up(
+        state_dir,
+        fleet,
+        args.base_port,
+        say=lambda m: print(m, flush=True),
+        gpu_health=args.gpu_health,
+        health_policy=args.health_policy,
+        health_service=args.health_service,
+    )
     if res.already_running:
         print(
             f"already running: {res.state.server} ({len(res.state.processes)} processes, "

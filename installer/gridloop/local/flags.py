@@ -30,6 +30,9 @@ _OFFSETS = {
     "kwok": 2,
     "controller_manager": 3,
     "scheduler": 4,
+    "dcgm_sim": 5,
+    "prometheus": 6,
+    "health": 7,
     "apiserver": 43,
 }
 DEFAULT_BASE_PORT = 36400
@@ -42,6 +45,9 @@ class Ports:
     kwok: int
     controller_manager: int
     scheduler: int
+    dcgm_sim: int
+    prometheus: int
+    health: int
     apiserver: int
 
     @classmethod
@@ -60,6 +66,9 @@ class Ports:
             "kwok": "kwok",
             "controller_manager": "kube-controller-manager",
             "scheduler": "kube-scheduler",
+            "dcgm_sim": "dcgm-sim",
+            "prometheus": "prometheus",
+            "health": "gridloop-health",
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}
@@ -166,4 +175,72 @@ def kwok(binary: Path, ports: Ports, pki: Path, config: Path, node_label: str) -
         f"--cidr={POD_CIDR}",
         # one INFO line per status patch would be ~100 MB of log for 5,000 nodes
         "--v=WARN",
+    ]
+
+
+SCRAPE_INTERVAL = "5s"
+EXPORTER_JOB = "dcgm-exporter"
+HEALTH_NAMESPACE = "gridloop-system"
+
+
+def dcgm_sim(python: Path, ports: Ports, fleet: Path, faults: Path) -> list[str]:
+    return [
+        str(python),
+        "-m",
+        "gridloop.sim.server",
+        f"--fleet={fleet}",
+        f"--faults={faults}",
+        f"--port={ports.dcgm_sim}",
+    ]
+
+
+def prometheus(binary: Path, ports: Ports, config: Path, data: Path) -> list[str]:
+    return [
+        str(binary),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data}",
+        "--storage.tsdb.retention.time=6h",
+        f"--web.listen-address={LOOPBACK}:{ports.prometheus}",
+        "--log.level=warn",
+    ]
+
+
+def prometheus_config(ports: Ports, nodes: list[str]) -> dict[str, object]:
+    """Scrape each simulated node's exporter as its own target, labelled with its node."""
+    return {
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+        "scrape_configs": [
+            {
+                "job_name": EXPORTER_JOB,
+                "static_configs": [
+                    {
+                        "targets": [f"{LOOPBACK}:{ports.dcgm_sim}"],
+                        "labels": {
+                            "node": node,
+                            "instance": node,
+                            "__metrics_path__": f"/nodes/{node}/metrics",
+                        },
+                    }
+                    for node in nodes
+                ],
+            }
+        ],
+    }
+
+
+def health(python: Path, ports: Ports, kubeconfig: Path, policy: Path) -> list[str]:
+    return [
+        str(python),
+        "-m",
+        "gridloop.cli",
+        "health",
+        "run",
+        f"--kubeconfig={kubeconfig}",
+        f"--prometheus-url=http://{LOOPBACK}:{ports.prometheus}",
+        f"--config={policy}",
+        f"--namespace={HEALTH_NAMESPACE}",
+        f"--exporter-job={EXPORTER_JOB}",
+        "--interval=1",
+        f"--listen={LOOPBACK}:{ports.health}",
+        "--identity=gridloop-local",
     ]

@@ -30,6 +30,8 @@ class State:
     fleet_name: str = ""
     nodes: int = 0
     started_at: float = 0.0
+    # the processes this cluster runs, in start order (the GPU-health ones are optional)
+    components: list[str] = field(default_factory=list)
 
     @property
     def kubeconfig(self) -> Path:
@@ -64,4 +66,5 @@ def load(dir: Path) -> State | None:
         fleet_name=data.get("fleet_name", ""),
         nodes=data.get("nodes", 0),
         started_at=data.get("started_at", 0.0),
+        components=list(data.get("components", [])),
     )
