@@ -134,7 +134,7 @@ def test_an_operator_override_turns_an_xid_off():
             "cannot read Prometheus",
             id="prometheus-down",
         ),
-        pytest.param({"newest_sample_age_s": 31.0}, "stale after 30s", id="stale-samples"),
+        pytest.param({"newest_sample_age_s": 31.0}, "older than 30s", id="stale-samples"),
         pytest.param({"newest_sample_age_s": None}, "no DCGM samples", id="no-samples"),
         pytest.param({"gpus": {}}, "no DCGM samples", id="empty-fleet"),
     ],

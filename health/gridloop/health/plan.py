@@ -117,11 +117,9 @@ def plan(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> li
     if observed.newest_sample_age_s is None or not any(observed.gpus.values()):
         return [Hold("no DCGM samples for the whole fleet")]
     if observed.newest_sample_age_s > policy.stale_after_s:
+        # the age itself is in the staleness metric; the reason stays the same while it lasts
         return [
-            Hold(
-                f"newest DCGM sample is {observed.newest_sample_age_s:.0f}s old "
-                f"(stale after {policy.stale_after_s:.0f}s)"
-            )
+            Hold(f"DCGM samples are stale: the newest is older than {policy.stale_after_s:.0f}s")
         ]
 
     actions: list[Action] = []

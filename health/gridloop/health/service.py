@@ -43,6 +43,15 @@ class CycleReport:
     held: str | None
 
 
+def _describe(action: Hold | Warn | TripBreaker) -> str:
+    match action:
+        case Warn():
+            return f"warning: {action.node}: {action.message}"
+        case Hold():
+            return f"holding (no quarantine, no release): {action.reason}"
+    return f"circuit breaker tripped: {action.reason}"
+
+
 class HealthService:
     def __init__(
         self,
@@ -62,6 +71,7 @@ class HealthService:
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
+        self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
 
     def observe(self) -> Observed:
         raw = self.core.list_node(label_selector=GPU_NODES, _preload_content=False)
@@ -89,9 +99,14 @@ class HealthService:
         if not self.policy.dry_run:
             status.save(self.core, self.namespace, after, summary)
         self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
-        for a in actions:
-            if isinstance(a, Hold | Warn | TripBreaker):
-                self.log(f"{type(a).__name__.lower()}: {a}")
+        # a condition that lasts (an exporter down, Prometheus away) is logged when it
+        # starts and when it ends, not every second; metrics carry it meanwhile
+        said = frozenset(_describe(a) for a in actions if isinstance(a, Hold | Warn | TripBreaker))
+        for line in sorted(said - self._said):
+            self.log(line)
+        for line in sorted(self._said - said):
+            self.log(f"resolved: {line}")
+        self._said = said
         return CycleReport(outcomes, time.monotonic() - start, held)
 
     def _record(

@@ -295,7 +295,12 @@ def _stop_all(state: State) -> list[str]:
 
 def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
     """Stop every recorded process; return (stopped names, ports still busy)."""
-    state = load(state_dir)
+    try:
+        state = load(state_dir)
+    except ClusterError:
+        if not purge:
+            raise
+        state = None  # an unreadable record is exactly what --purge is for
     stopped = _stop_all(state) if state else []
     busy: list[int] = []
     if state:

@@ -16,7 +16,9 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from gridloop.errors import ClusterError
 from gridloop.local.flags import Ports
 from gridloop.local.processes import Proc
 
@@ -51,14 +53,26 @@ class State:
 
 
 def load(dir: Path) -> State | None:
+    """The recorded state, None if there is none; a damaged record is one clear error."""
     path = dir / "state.json"
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
+    try:
+        return _parse(dir, json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        raise ClusterError(
+            f"{path} is damaged or from another gridloop version ({err}): stop what it "
+            "started by hand if anything runs, then "
+            f"`gridloop local down --purge --state-dir {dir}`"
+        ) from err
+
+
+def _parse(dir: Path, data: dict[str, Any]) -> State:
     return State(
         dir=dir,
         base_port=data["base_port"],
-        ports=Ports(**data["ports"]),
+        # ports follow from the base port; the recorded copy is for people reading the file
+        ports=Ports.from_base(data["base_port"]),
         processes=[
             Proc(p["name"], p["pid"], tuple(p["argv"]), p["log"], p.get("start_ticks", 0))
             for p in data.get("processes", [])
