@@ -206,3 +206,158 @@ def test_dry_run_over_a_fault_storm_leaves_every_node_byte_for_byte_unchanged(
         cm.metadata.name for cm in local_cluster.core.list_namespaced_config_map(namespace).items
     }
     assert status.NAME not in written  # not even the status record
+
+
+def _quarantined_soon(service, local_cluster, node, eventually) -> None:
+    eventually(
+        lambda: service.cycle() and node in _tainted(local_cluster),
+        f"{node} to be quarantined",
+        timeout=3 * SCRAPE_S,
+    )
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(("--gpu", "5", "--ecc-dbe"), id="ecc-double-bit"),
+        pytest.param(("--gpu", "5", "--row-remap-failure"), id="row-remap-failure"),
+        pytest.param(("--gpu", "5", "--vanish"), id="gpu-fell-off-the-bus"),
+    ],
+)
+def test_memory_and_bus_faults_quarantine(local_cluster, namespace, sim, eventually, fault):
+    service = _service(local_cluster, namespace)
+    _settled(service, eventually)
+    sim("--node", NODE, *fault)
+    _quarantined_soon(service, local_cluster, NODE, eventually)
+    assert _tainted(local_cluster) == {NODE}
+
+
+def test_an_application_xid_once_is_not_a_quarantine(local_cluster, namespace, sim, eventually):
+    service = _service(local_cluster, namespace)
+    _settled(service, eventually)
+    fresh = "us-east-h100-007"  # no other test injects here: its XID history is empty
+    sim("--node", fresh, "--gpu", "2", "--xid", "13")
+
+    # three scrape intervals later the XID is in Prometheus and nothing was done
+    deadline = time.monotonic() + 3 * SCRAPE_S
+    while time.monotonic() < deadline:
+        service.cycle()
+        time.sleep(0.5)
+    prom = PrometheusConnect(url=f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
+    seen = prom.custom_query(f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{fresh}",gpu="2"}}')
+    assert seen and seen[0]["value"][1] == "13"
+    reasons = {
+        n: local_cluster.core.read_node(n).metadata.annotations.get("health.gridloop.io/reason")
+        for n in _tainted(local_cluster)
+    }
+    assert reasons == {}
+
+
+def test_a_node_cordoned_by_hand_is_untouched_and_an_opted_out_node_too(
+    local_cluster, namespace, sim, eventually
+):
+    cordoned, exempt = "eu-west-h100-000", "eu-west-h100-001"
+    core = local_cluster.core
+    core.patch_node(cordoned, {"spec": {"unschedulable": True}})
+    core.patch_node(exempt, {"metadata": {"labels": {POLICY.opt_out_label: "true"}}})
+    try:
+        service = _service(local_cluster, namespace)
+        _settled(service, eventually)
+        for node in (cordoned, exempt, NODE):
+            sim("--node", node, "--gpu", "0", "--xid", "79")
+        _quarantined_soon(service, local_cluster, NODE, eventually)
+
+        assert _tainted(local_cluster) == {NODE}
+        assert not (core.read_node(exempt).spec.unschedulable)
+        assert not [
+            k
+            for k in core.read_node(cordoned).metadata.annotations or {}
+            if k.startswith("health.gridloop.io/")
+        ]
+    finally:
+        core.patch_node(cordoned, {"spec": {"unschedulable": False}})
+        core.patch_node(exempt, {"metadata": {"labels": {POLICY.opt_out_label: None}}})
+
+
+def test_a_manual_uncordon_is_respected_until_a_new_fault(
+    local_cluster, namespace, sim, eventually
+):
+    service = _service(local_cluster, namespace)
+    _settled(service, eventually)
+    sim("--node", NODE, "--gpu", "4", "--xid", "79")
+    _quarantined_soon(service, local_cluster, NODE, eventually)
+
+    local_cluster.core.patch_node(NODE, {"spec": {"unschedulable": False}})
+    eventually(
+        lambda: service.cycle() and NODE not in _tainted(local_cluster),
+        "gridloop to stand down",
+        timeout=2 * SCRAPE_S,
+    )
+    for _ in range(5):  # the same fault, still reported, does not bring it back
+        service.cycle()
+    assert NODE not in _tainted(local_cluster)
+
+    sim("--node", NODE, "--gpu", "6", "--row-remap-failure")
+    _quarantined_soon(service, local_cluster, NODE, eventually)
+
+
+def test_restarting_the_service_mid_incident_repeats_nothing(
+    local_cluster, namespace, sim, eventually
+):
+    first = _service(local_cluster, namespace)
+    _settled(first, eventually)
+    sim("--node", NODE, "--gpu", "3", "--xid", "79")
+    _quarantined_soon(first, local_cluster, NODE, eventually)
+
+    restarted = _service(local_cluster, namespace)  # a new process knows only the cluster
+    actions = [o.action for _ in range(3) for o in restarted.cycle().outcomes]
+
+    assert not [a for a in actions if isinstance(a, Quarantine)]
+    events = local_cluster.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={NODE},reason=GPUQuarantined"
+    ).items
+    assert len([e for e in events if e.metadata.creation_timestamp]) >= 1
+
+
+def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
+    local_cluster, namespace, sim, eventually, gridloop
+):
+    pool = [f"onprem-fra-a100-{i:03d}" for i in range(8)]  # 8 nodes; 60% is 5
+    limits = Limits(
+        fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=2, pool_max_percent=100
+    )
+    service = _service(local_cluster, namespace, dataclasses.replace(POLICY, limits=limits))
+    _settled(service, eventually)
+    for node in pool[:5]:
+        sim("--node", node, "--gpu", "1", "--xid", "79")
+
+    eventually(
+        lambda: service.cycle() and status.load(local_cluster.core, namespace).tripped,
+        "the breaker to trip",
+        timeout=3 * SCRAPE_S,
+    )
+    for _ in range(3):
+        service.cycle()
+
+    assert len(_tainted(local_cluster) & set(pool)) == 2
+    assert "pool onprem-fra/a100" in status.load(local_cluster.core, namespace).reason
+    events = local_cluster.core.list_namespaced_event(
+        namespace, field_selector="reason=GPUQuarantineBreakerTripped"
+    ).items
+    assert events
+    assert service.metrics.breaker._value.get() == 1
+
+    reset = gridloop(
+        "health",
+        "reset-breaker",
+        "--kubeconfig",
+        str(local_cluster.kubeconfig),
+        "--namespace",
+        namespace,
+    )
+    assert reset.returncode == 0 and "was tripped" in reset.stdout
+    eventually(
+        lambda: service.cycle() and len(_tainted(local_cluster) & set(pool)) == 4,
+        "two more quarantines after the reset, then the breaker again",
+        3 * SCRAPE_S,
+    )

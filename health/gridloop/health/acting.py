@@ -128,23 +128,36 @@ class Executor:
         return evicted
 
     def _event(self, node: str, reason: str, message: str) -> None:
-        now = dt.datetime.now(dt.UTC)
-        self.core.create_namespaced_event(
-            "default",
-            client.CoreV1Event(
-                metadata=client.V1ObjectMeta(generate_name=f"{node}.gpu-health-"),
-                involved_object=client.V1ObjectReference(kind="Node", name=node, uid=node),
-                reason=reason,
-                message=message[:1024],
-                type="Warning" if reason == "GPUQuarantined" else "Normal",
-                source=client.V1EventSource(component=MANAGER),
-                reporting_component=MANAGER,
-                reporting_instance=MANAGER,
-                first_timestamp=now,
-                last_timestamp=now,
-                count=1,
-            ),
-        )
+        ref = client.V1ObjectReference(kind="Node", name=node, uid=node)
+        record_event(self.core, "default", ref, reason, message, reason == "GPUQuarantined")
+
+
+def record_event(
+    core: client.CoreV1Api,
+    namespace: str,
+    about: client.V1ObjectReference,
+    reason: str,
+    message: str,
+    warning: bool,
+) -> None:
+    """A core/v1 Event from the health service about `about` (a Node, the status ConfigMap)."""
+    now = dt.datetime.now(dt.UTC)
+    core.create_namespaced_event(
+        namespace,
+        client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{about.name}.gpu-health-"),
+            involved_object=about,
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=MANAGER),
+            reporting_component=MANAGER,
+            reporting_instance=MANAGER,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        ),
+    )
 
 
 def _uses_gpu(pod: Any) -> bool:

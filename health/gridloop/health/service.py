@@ -22,7 +22,7 @@ from kubernetes import client
 
 from gridloop.health import breaker as breakers
 from gridloop.health import status
-from gridloop.health.acting import Executor, Outcome
+from gridloop.health.acting import Executor, Outcome, record_event
 from gridloop.health.actions import Hold, TripBreaker, Warn
 from gridloop.health.leadership import Lease
 from gridloop.health.listing import GPU_NODES, node_views
@@ -98,6 +98,18 @@ class HealthService:
         }
         if not self.policy.dry_run:
             status.save(self.core, self.namespace, after, summary)
+            if after.tripped and not breaker.tripped:
+                ref = client.V1ObjectReference(
+                    kind="ConfigMap", name=status.NAME, namespace=self.namespace
+                )
+                record_event(
+                    self.core,
+                    self.namespace,
+                    ref,
+                    "GPUQuarantineBreakerTripped",
+                    f"no new quarantines until `gridloop health reset-breaker`: {after.reason}",
+                    warning=True,
+                )
         self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
         # a condition that lasts (an exporter down, Prometheus away) is logged when it
         # starts and when it ends, not every second; metrics carry it meanwhile

@@ -27,12 +27,17 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         "newest": f"time() - max(timestamp({PRESENCE}))",
         "present": PRESENCE,
         "xid": "DCGM_FI_DEV_XID_ERRORS",
-        # the XID gauge holds the last code: each change in the window is a new event
+        # the XID gauge holds the last code: each change in the window counts as an event
+        # (a new code, or a return to 0 after a reset; the same code twice in a row is
+        # invisible in this gauge, as it is in dcgm-exporter's)
         "xid_repeats": f"changes(DCGM_FI_DEV_XID_ERRORS[{repeat}])",
         "row_remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING",
     }
     if s.ecc_dbe_volatile:
-        q["ecc_dbe"] = "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m])"
+        # a fresh increase, seen over the last few scrapes; the quarantine itself lasts
+        # until the GPU has been clean for the hold-down
+        recent = _window(4 * policy.scrape_interval_s)
+        q["ecc_dbe"] = f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{recent}])"
     if s.row_remap_failure:
         q["row_remap_failure"] = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
     if s.retired_pages_pending:
