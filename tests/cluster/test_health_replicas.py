@@ -13,7 +13,6 @@ import pytest
 from kubernetes import client
 from prometheus_api_client import PrometheusConnect
 
-from gridloop.health.observed import STATE_LABEL, TAINT_KEY
 from gridloop.health.policy import Policy
 from gridloop.health.service import HealthService
 from gridloop.local import processes
@@ -32,39 +31,6 @@ POLICY_YAML = textwrap.dedent("""\
     """)
 
 
-@pytest.fixture
-def faults(local_cluster, gridloop):
-    state = str(local_cluster.state.dir)
-
-    def inject(*args: str) -> None:
-        result = gridloop("sim", "inject", "--state-dir", state, *args)
-        assert result.returncode == 0, result.stderr
-
-    yield inject
-    gridloop("sim", "clear", "--state-dir", state)
-    core = local_cluster.core
-    for node in core.list_node(label_selector=STATE_LABEL).items:
-        notes = {
-            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
-        }
-        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
-        core.patch_node(
-            node.metadata.name,
-            {
-                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
-                "spec": {"unschedulable": False, "taints": taints or None},
-            },
-        )
-
-
-def _tainted(local_cluster) -> set[str]:
-    return {
-        n.metadata.name
-        for n in local_cluster.core.list_node().items
-        if any(t.key == TAINT_KEY for t in n.spec.taints or [])
-    }
-
-
 def _quarantine_events(local_cluster, node: str) -> int:
     return len(
         local_cluster.core.list_namespaced_event(
@@ -74,7 +40,7 @@ def _quarantine_events(local_cluster, node: str) -> int:
 
 
 def test_prometheus_stopped_mid_run_means_zero_actions_then_it_resumes(
-    local_cluster, namespace, faults, eventually
+    local_cluster, namespace, sim, eventually, tainted, settle
 ):
     state = local_cluster.state
     prom_proc = next(p for p in state.processes if p.name == "prometheus")
@@ -87,15 +53,15 @@ def test_prometheus_stopped_mid_run_means_zero_actions_then_it_resumes(
         namespace,
         log=lambda _m: None,
     )
-    eventually(lambda: service.cycle().held is None, "fresh samples", 60)
+    settle(service)
 
     processes.stop(prom_proc)
     try:
-        faults("--node", "us-east-h100-006", "--gpu", "0", "--xid", "79")
+        sim("--node", "us-east-h100-006", "--gpu", "0", "--xid", "79")
         reports = [service.cycle() for _ in range(3)]
         assert all(r.held and "cannot read Prometheus" in r.held for r in reports)
         assert all(len(r.outcomes) == 1 for r in reports)  # the Hold, and nothing else
-        assert _tainted(local_cluster) == set()
+        assert tainted() == set()
         held = service.metrics.hold.collect()[0].samples
         assert [s.labels["reason"] for s in held if s.value == 1] == ["cannot read Prometheus"]
     finally:
@@ -105,13 +71,13 @@ def test_prometheus_stopped_mid_run_means_zero_actions_then_it_resumes(
         state.processes[state.processes.index(prom_proc)] = restarted
         state.save()
     eventually(
-        lambda: service.cycle() and "us-east-h100-006" in _tainted(local_cluster),
+        lambda: service.cycle() and "us-east-h100-006" in tainted(),
         "the quarantine once Prometheus is back",
         60,
     )
 
 
-def _replica(local_cluster, namespace: str, policy_file, name: str, port: int):
+def _replica(local_cluster, namespace: str, policy_file, name: str, port: int, log):
     argv = [
         sys.executable,
         "-m",
@@ -126,7 +92,8 @@ def _replica(local_cluster, namespace: str, policy_file, name: str, port: int):
         f"--listen=127.0.0.1:{port}",
         f"--identity={name}",
     ]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = log.open("w")
+    return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _is_leader(port: int) -> bool:
@@ -138,12 +105,15 @@ def _is_leader(port: int) -> bool:
 
 
 def test_two_replicas_one_leader_and_a_failover_without_duplicate_actions(
-    local_cluster, namespace, faults, eventually, tmp_path
+    local_cluster, namespace, sim, eventually, tmp_path, tainted
 ):
     policy_file = tmp_path / "health.yaml"
     policy_file.write_text(POLICY_YAML)
     replicas = {"replica-a": 39950, "replica-b": 39951}
-    procs = {n: _replica(local_cluster, namespace, policy_file, n, p) for n, p in replicas.items()}
+    procs = {
+        n: _replica(local_cluster, namespace, policy_file, n, p, tmp_path / f"{n}.log")
+        for n, p in replicas.items()
+    }
     coord = client.CoordinationV1Api(local_cluster.api)
     try:
 
@@ -163,14 +133,18 @@ def test_two_replicas_one_leader_and_a_failover_without_duplicate_actions(
             15,
         )
 
-        faults("--node", "us-east-h100-004", "--gpu", "1", "--xid", "79")
-        eventually(lambda: "us-east-h100-004" in _tainted(local_cluster), "quarantine", 30)
+        sim("--node", "us-east-h100-004", "--gpu", "1", "--xid", "79")
+        eventually(lambda: "us-east-h100-004" in tainted(), "quarantine", 30)
 
         procs[first].send_signal(signal.SIGKILL)
         procs[first].wait()
-        faults("--node", "us-east-h100-003", "--gpu", "1", "--xid", "79")
-        eventually(lambda: leader() == follower, "the follower to take over", 40)
-        eventually(lambda: "us-east-h100-003" in _tainted(local_cluster), "quarantine", 30)
+        sim("--node", "us-east-h100-003", "--gpu", "1", "--xid", "79")
+        eventually(
+            lambda: leader() == follower,
+            f"the follower to take over ({(tmp_path / f'{follower}.log').read_text()})",
+            40,
+        )
+        eventually(lambda: "us-east-h100-003" in tainted(), "quarantine", 30)
 
         assert _quarantine_events(local_cluster, "us-east-h100-004") == 1
         assert _quarantine_events(local_cluster, "us-east-h100-003") == 1

@@ -16,7 +16,6 @@ from prometheus_api_client import PrometheusConnect
 
 from gridloop.health import status
 from gridloop.health.actions import Hold, Quarantine, Warn
-from gridloop.health.observed import STATE_LABEL, TAINT_KEY
 from gridloop.health.policy import Limits, Policy
 from gridloop.health.service import HealthService
 from gridloop.local.flags import SCRAPE_INTERVAL
@@ -35,32 +34,6 @@ POLICY = dataclasses.replace(
 NODE = "eu-west-a100-002"
 
 
-@pytest.fixture
-def sim(local_cluster, gridloop):
-    """Inject faults with the CLI; every fault is cleared and every node put back after."""
-    state = str(local_cluster.state.dir)
-
-    def inject(*args: str) -> None:
-        result = gridloop("sim", "inject", "--state-dir", state, *args)
-        assert result.returncode == 0, result.stderr
-
-    yield inject
-    gridloop("sim", "clear", "--state-dir", state)
-    core = local_cluster.core
-    for node in core.list_node(label_selector=f"{STATE_LABEL}").items:
-        notes = {
-            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
-        }
-        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
-        core.patch_node(
-            node.metadata.name,
-            {
-                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
-                "spec": {"unschedulable": False, "taints": taints or None},
-            },
-        )
-
-
 def _service(local_cluster, namespace, policy=POLICY, url=None) -> HealthService:
     url = url or f"http://127.0.0.1:{local_cluster.state.ports.prometheus}"
     return HealthService(
@@ -72,43 +45,17 @@ def _service(local_cluster, namespace, policy=POLICY, url=None) -> HealthService
     )
 
 
-def _tainted(local_cluster) -> set[str]:
-    return {
-        n.metadata.name
-        for n in local_cluster.core.list_node().items
-        if any(t.key == TAINT_KEY for t in n.spec.taints or [])
-    }
-
-
-def _settled(service: HealthService, eventually) -> None:
-    """Wait until Prometheus shows a fresh, healthy fleet (a previous test's faults may
-    still be in its last samples); a dry-run twin looks, so nothing is acted on."""
-    twin = HealthService(
-        service.core.api_client,
-        service.prom,
-        dataclasses.replace(service.policy, dry_run=True),
-        service.namespace,
-        log=lambda _m: None,
-    )
-
-    def clean() -> bool:
-        report = twin.cycle()
-        return report.held is None and not report.outcomes
-
-    eventually(clean, "fresh, fault-free DCGM samples in Prometheus", 60)
-
-
 def test_xid_79_quarantines_that_node_within_two_scrape_intervals_and_nothing_else(
-    local_cluster, namespace, sim, eventually
+    local_cluster, namespace, sim, eventually, tainted, settle
 ):
     service = _service(local_cluster, namespace)
-    _settled(service, eventually)
-    assert _tainted(local_cluster) == set()
+    settle(service)
+    assert tainted() == set()
 
     injected = time.monotonic()
     sim("--node", NODE, "--gpu", "3", "--xid", "79")
     eventually(
-        lambda: service.cycle() and NODE in _tainted(local_cluster),
+        lambda: service.cycle() and NODE in tainted(),
         f"{NODE} to be quarantined",
         timeout=2 * SCRAPE_S + 3,
     )
@@ -117,15 +64,15 @@ def test_xid_79_quarantines_that_node_within_two_scrape_intervals_and_nothing_el
     node = local_cluster.core.read_node(NODE)
     assert node.spec.unschedulable is True
     assert "xid-79 on GPU 3" in node.metadata.annotations["health.gridloop.io/reason"]
-    assert _tainted(local_cluster) == {NODE}
+    assert tainted() == {NODE}
     assert took <= 2 * SCRAPE_S + 3
 
 
 def test_an_exporter_outage_warns_and_quarantines_nothing(
-    local_cluster, namespace, sim, eventually
+    local_cluster, namespace, sim, eventually, tainted, settle
 ):
     service = _service(local_cluster, namespace)
-    _settled(service, eventually)
+    settle(service)
     sim("--node", NODE, "--exporter-down")
 
     def warned() -> bool:
@@ -134,17 +81,17 @@ def test_an_exporter_outage_warns_and_quarantines_nothing(
         )
 
     eventually(warned, "a warning about the down exporter", timeout=3 * SCRAPE_S)
-    assert _tainted(local_cluster) == set()
+    assert tainted() == set()
 
 
 def test_a_node_is_released_after_the_hold_down_once_its_gpu_is_healthy(
-    local_cluster, namespace, sim, eventually, gridloop
+    local_cluster, namespace, sim, eventually, gridloop, tainted, settle
 ):
     service = _service(local_cluster, namespace)
-    _settled(service, eventually)
+    settle(service)
     sim("--node", NODE, "--gpu", "1", "--row-remap-failure")
     eventually(
-        lambda: service.cycle() and NODE in _tainted(local_cluster),
+        lambda: service.cycle() and NODE in tainted(),
         "quarantine",
         timeout=3 * SCRAPE_S,
     )
@@ -152,14 +99,16 @@ def test_a_node_is_released_after_the_hold_down_once_its_gpu_is_healthy(
     gridloop("sim", "clear", "--state-dir", str(local_cluster.state.dir), "--node", NODE)
 
     eventually(
-        lambda: service.cycle() and NODE not in _tainted(local_cluster),
+        lambda: service.cycle() and NODE not in tainted(),
         "release",
         timeout=3 * SCRAPE_S + POLICY.hold_down_s,
     )
     assert not local_cluster.core.read_node(NODE).spec.unschedulable
 
 
-def test_prometheus_unreachable_means_no_action_and_says_why(local_cluster, namespace, sim):
+def test_prometheus_unreachable_means_no_action_and_says_why(
+    local_cluster, namespace, sim, tainted
+):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
@@ -169,7 +118,7 @@ def test_prometheus_unreachable_means_no_action_and_says_why(local_cluster, name
 
     assert [type(o.action) for o in report.outcomes] == [Hold]
     assert report.held and "cannot read Prometheus" in report.held
-    assert _tainted(local_cluster) == set()
+    assert tainted() == set()
 
 
 def _everything_but_status(local_cluster) -> dict[str, object]:
@@ -188,7 +137,7 @@ def _everything_but_status(local_cluster) -> dict[str, object]:
 
 
 def test_dry_run_over_a_fault_storm_leaves_every_node_byte_for_byte_unchanged(
-    local_cluster, namespace, sim, eventually
+    local_cluster, namespace, sim, eventually, tainted
 ):
     storm = sorted(n.metadata.name for n in local_cluster.core.list_node().items)[:6]
     for node in storm:
@@ -208,9 +157,9 @@ def test_dry_run_over_a_fault_storm_leaves_every_node_byte_for_byte_unchanged(
     assert status.NAME not in written  # not even the status record
 
 
-def _quarantined_soon(service, local_cluster, node, eventually) -> None:
+def _quarantined_soon(service, tainted, node, eventually) -> None:
     eventually(
-        lambda: service.cycle() and node in _tainted(local_cluster),
+        lambda: service.cycle() and node in tainted(),
         f"{node} to be quarantined",
         timeout=3 * SCRAPE_S,
     )
@@ -224,17 +173,21 @@ def _quarantined_soon(service, local_cluster, node, eventually) -> None:
         pytest.param(("--gpu", "5", "--vanish"), id="gpu-fell-off-the-bus"),
     ],
 )
-def test_memory_and_bus_faults_quarantine(local_cluster, namespace, sim, eventually, fault):
+def test_memory_and_bus_faults_quarantine(
+    local_cluster, namespace, sim, eventually, fault, tainted, settle
+):
     service = _service(local_cluster, namespace)
-    _settled(service, eventually)
+    settle(service)
     sim("--node", NODE, *fault)
-    _quarantined_soon(service, local_cluster, NODE, eventually)
-    assert _tainted(local_cluster) == {NODE}
+    _quarantined_soon(service, tainted, NODE, eventually)
+    assert tainted() == {NODE}
 
 
-def test_an_application_xid_once_is_not_a_quarantine(local_cluster, namespace, sim, eventually):
+def test_an_application_xid_once_is_not_a_quarantine(
+    local_cluster, namespace, sim, eventually, tainted, settle
+):
     service = _service(local_cluster, namespace)
-    _settled(service, eventually)
+    settle(service)
     fresh = "us-east-h100-007"  # no other test injects here: its XID history is empty
     sim("--node", fresh, "--gpu", "2", "--xid", "13")
 
@@ -248,13 +201,13 @@ def test_an_application_xid_once_is_not_a_quarantine(local_cluster, namespace, s
     assert seen and seen[0]["value"][1] == "13"
     reasons = {
         n: local_cluster.core.read_node(n).metadata.annotations.get("health.gridloop.io/reason")
-        for n in _tainted(local_cluster)
+        for n in tainted()
     }
     assert reasons == {}
 
 
 def test_a_node_cordoned_by_hand_is_untouched_and_an_opted_out_node_too(
-    local_cluster, namespace, sim, eventually
+    local_cluster, namespace, sim, eventually, tainted, settle
 ):
     cordoned, exempt = "eu-west-h100-000", "eu-west-h100-001"
     core = local_cluster.core
@@ -262,12 +215,12 @@ def test_a_node_cordoned_by_hand_is_untouched_and_an_opted_out_node_too(
     core.patch_node(exempt, {"metadata": {"labels": {POLICY.opt_out_label: "true"}}})
     try:
         service = _service(local_cluster, namespace)
-        _settled(service, eventually)
+        settle(service)
         for node in (cordoned, exempt, NODE):
             sim("--node", node, "--gpu", "0", "--xid", "79")
-        _quarantined_soon(service, local_cluster, NODE, eventually)
+        _quarantined_soon(service, tainted, NODE, eventually)
 
-        assert _tainted(local_cluster) == {NODE}
+        assert tainted() == {NODE}
         assert not (core.read_node(exempt).spec.unschedulable)
         assert not [
             k
@@ -280,34 +233,34 @@ def test_a_node_cordoned_by_hand_is_untouched_and_an_opted_out_node_too(
 
 
 def test_a_manual_uncordon_is_respected_until_a_new_fault(
-    local_cluster, namespace, sim, eventually
+    local_cluster, namespace, sim, eventually, tainted, settle
 ):
     service = _service(local_cluster, namespace)
-    _settled(service, eventually)
+    settle(service)
     sim("--node", NODE, "--gpu", "4", "--xid", "79")
-    _quarantined_soon(service, local_cluster, NODE, eventually)
+    _quarantined_soon(service, tainted, NODE, eventually)
 
     local_cluster.core.patch_node(NODE, {"spec": {"unschedulable": False}})
     eventually(
-        lambda: service.cycle() and NODE not in _tainted(local_cluster),
+        lambda: service.cycle() and NODE not in tainted(),
         "gridloop to stand down",
         timeout=2 * SCRAPE_S,
     )
     for _ in range(5):  # the same fault, still reported, does not bring it back
         service.cycle()
-    assert NODE not in _tainted(local_cluster)
+    assert NODE not in tainted()
 
     sim("--node", NODE, "--gpu", "6", "--row-remap-failure")
-    _quarantined_soon(service, local_cluster, NODE, eventually)
+    _quarantined_soon(service, tainted, NODE, eventually)
 
 
 def test_restarting_the_service_mid_incident_repeats_nothing(
-    local_cluster, namespace, sim, eventually
+    local_cluster, namespace, sim, eventually, tainted, settle
 ):
     first = _service(local_cluster, namespace)
-    _settled(first, eventually)
+    settle(first)
     sim("--node", NODE, "--gpu", "3", "--xid", "79")
-    _quarantined_soon(first, local_cluster, NODE, eventually)
+    _quarantined_soon(first, tainted, NODE, eventually)
 
     restarted = _service(local_cluster, namespace)  # a new process knows only the cluster
     actions = [o.action for _ in range(3) for o in restarted.cycle().outcomes]
@@ -320,14 +273,14 @@ def test_restarting_the_service_mid_incident_repeats_nothing(
 
 
 def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
-    local_cluster, namespace, sim, eventually, gridloop
+    local_cluster, namespace, sim, eventually, gridloop, tainted, settle
 ):
     pool = [f"onprem-fra-a100-{i:03d}" for i in range(8)]  # 8 nodes; 60% is 5
     limits = Limits(
         fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=2, pool_max_percent=100
     )
     service = _service(local_cluster, namespace, dataclasses.replace(POLICY, limits=limits))
-    _settled(service, eventually)
+    settle(service)
     for node in pool[:5]:
         sim("--node", node, "--gpu", "1", "--xid", "79")
 
@@ -339,7 +292,7 @@ def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
     for _ in range(3):
         service.cycle()
 
-    assert len(_tainted(local_cluster) & set(pool)) == 2
+    assert len(tainted() & set(pool)) == 2
     assert "pool onprem-fra/a100" in status.load(local_cluster.core, namespace).reason
     events = local_cluster.core.list_namespaced_event(
         namespace, field_selector="reason=GPUQuarantineBreakerTripped"
@@ -357,7 +310,7 @@ def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
     )
     assert reset.returncode == 0 and "was tripped" in reset.stdout
     eventually(
-        lambda: service.cycle() and len(_tainted(local_cluster) & set(pool)) == 4,
+        lambda: service.cycle() and len(tainted() & set(pool)) == 4,
         "two more quarantines after the reset, then the breaker again",
         3 * SCRAPE_S,
     )

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,9 +98,7 @@ def test_env_lets_kubectl_and_helm_reach_the_cluster(local_cluster, gridloop):
 
 
 def gridloop_path() -> str:
-    from conftest import GRIDLOOP
-
-    return GRIDLOOP
+    return str(Path(sys.executable).parent / "gridloop")
 
 
 def test_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, gridloop):

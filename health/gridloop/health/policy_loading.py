@@ -16,12 +16,10 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Hashable
 from pathlib import Path
 from typing import TypeGuard, cast
 
-import yaml
-
+from gridloop.documents import DocumentProblem, read_document
 from gridloop.errors import UsageError
 from gridloop.health.durations import format_duration, parse_duration
 from gridloop.health.policy import Limits, Policy, Signals, Threshold, XidAction
@@ -55,13 +53,9 @@ def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file; unreadable files and bad YAML are PolicyErrors too."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise PolicyError(source, "", f"cannot read health policy: {err}") from err
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as err:
-        raise PolicyError(source, "", _yaml_problem(err)) from err
+        data = read_document(path, "health policy")
+    except DocumentProblem as err:
+        raise PolicyError(source, "", str(err)) from err
     return parse_policy(data, source)
 
 
@@ -317,30 +311,6 @@ def _show(value: object) -> str:
         return "a mapping" if isinstance(value, dict) else "a list"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
-        mark = err.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {err.problem}"
-    return "invalid YAML: " + " ".join(str(err).split())
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys: a second `limits:` must not win silently."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, Hashable):
-                continue  # SafeLoader reports unhashable keys itself
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def dump_default_policy() -> str:

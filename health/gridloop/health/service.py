@@ -150,7 +150,11 @@ class HealthService:
         """Cycle every `interval_s` until `stop` is set; act only while holding `lease`."""
         while not stop.is_set():
             started = time.monotonic()
-            leading = lease.hold() if lease else True
+            try:
+                leading = lease.hold() if lease else True
+            except Exception as err:  # API server away: not leading is the safe answer
+                self.log(f"leader election failed: {' '.join(str(err).split())[:300]}")
+                leading = False
             self.metrics.leader.set(1 if leading else 0)
             if leading:
                 try:

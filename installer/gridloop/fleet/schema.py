@@ -14,13 +14,12 @@ the YAML file. Neither may touch the cluster.
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeGuard, cast
 
-import yaml
-
+from gridloop.documents import DocumentProblem, read_document
 from gridloop.fleet.catalog import GPU_MODELS, KNOWN_GPU_MODELS, GpuModel
 
 if TYPE_CHECKING:
@@ -129,13 +128,9 @@ def load_fleet(path: str | Path) -> Fleet:
     """Read and validate a fleet file; unreadable files and bad YAML are FleetErrors too."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise FleetError(source, "", f"cannot read fleet file: {err}") from err
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as err:
-        raise FleetError(source, "", _yaml_problem(err)) from err
+        data = read_document(path, "fleet file")
+    except DocumentProblem as err:
+        raise FleetError(source, "", str(err)) from err
     return parse_fleet(data, source)
 
 
@@ -299,31 +294,3 @@ def _show(value: object) -> str:
         return "a list"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _yaml_problem(err: yaml.YAMLError) -> str:
-    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
-        mark = err.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {err.problem}"
-    return "invalid YAML: " + " ".join(str(err).split())
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys instead of silently keeping the last one.
-
-    A hand-edited fleet file with two ``pools:`` under one site would otherwise lose a pool
-    without a word.
-    """
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, Hashable):
-                continue  # SafeLoader reports unhashable keys itself
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)

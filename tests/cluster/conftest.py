@@ -1,0 +1,75 @@
+"""Fixtures for the health tests: faults injected as a user would, and a clean fleet after."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.health.service import HealthService
+
+
+@pytest.fixture
+def sim(local_cluster, gridloop) -> Iterator[Callable[..., None]]:
+    """`sim("--node", N, "--xid", "79")` runs `gridloop sim inject`; afterwards every fault
+    is cleared and every node gridloop quarantined is put back as it was."""
+    state = str(local_cluster.state.dir)
+
+    def inject(*args: str) -> None:
+        result = gridloop("sim", "inject", "--state-dir", state, *args)
+        assert result.returncode == 0, result.stderr
+
+    yield inject
+    gridloop("sim", "clear", "--state-dir", state)
+    core = local_cluster.core
+    for node in core.list_node(label_selector=STATE_LABEL).items:
+        notes = {
+            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
+        }
+        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
+        core.patch_node(
+            node.metadata.name,
+            {
+                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
+                "spec": {"unschedulable": False, "taints": taints or None},
+            },
+        )
+
+
+@pytest.fixture
+def tainted(local_cluster) -> Callable[[], set[str]]:
+    """The nodes carrying gridloop's quarantine taint, now."""
+
+    def names() -> set[str]:
+        return {
+            n.metadata.name
+            for n in local_cluster.core.list_node().items
+            if any(t.key == TAINT_KEY for t in n.spec.taints or [])
+        }
+
+    return names
+
+
+@pytest.fixture
+def settle(eventually) -> Callable[[HealthService], None]:
+    """Wait until Prometheus shows a fresh, healthy fleet: a previous test's faults may still
+    be in its last samples. A dry-run twin of the service looks, so nothing is acted on."""
+
+    def wait(service: HealthService) -> None:
+        twin = HealthService(
+            service.core.api_client,
+            service.prom,
+            dataclasses.replace(service.policy, dry_run=True),
+            service.namespace,
+            log=lambda _m: None,
+        )
+
+        def clean() -> bool:
+            report = twin.cycle()
+            return report.held is None and not report.outcomes
+
+        eventually(clean, "fresh, fault-free DCGM samples in Prometheus", 60)
+
+    return wait
