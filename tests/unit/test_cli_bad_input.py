@@ -89,3 +89,31 @@ def test_build_without_a_go_toolchain_says_so_in_one_line(tmp_path, gridloop):
     line = _one_error_line(result.stderr)
     assert "go toolchain not found on PATH" in line and "etcd" in line
     assert not list((tmp_path / "cache").glob("*/bin/*"))
+
+
+def test_a_bad_health_policy_is_refused_before_any_cluster_call(tmp_path, gridloop):
+    policy = tmp_path / "health.yaml"
+    policy.write_text(
+        "apiVersion: gridloop.io/v1alpha1\nkind: HealthPolicy\n"
+        "spec:\n  xid:\n    overrides: {79: reboot}\n"
+    )
+    # a kubeconfig that does not exist: reaching for the cluster would fail differently
+    result = gridloop(
+        "health",
+        "run",
+        "--config",
+        str(policy),
+        "--kubeconfig",
+        str(tmp_path / "missing"),
+        "--prometheus-url",
+        "http://127.0.0.1:9",
+    )
+    assert result.returncode == 2
+    line = _one_error_line(result.stderr)
+    assert "spec.xid.overrides.79: must be one of quarantine, count, ignore" in line
+
+
+def test_a_missing_kubeconfig_is_one_line_naming_the_flag(tmp_path, gridloop):
+    result = gridloop("health", "status", "--kubeconfig", str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert "--kubeconfig" in _one_error_line(result.stderr)

@@ -78,11 +78,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _api(kubeconfig: Path | None) -> client.ApiClient:
     conf = client.Configuration()
-    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=conf)
-    else:
-        path = str(kubeconfig) if kubeconfig else None
-        config.load_kube_config(config_file=path, client_configuration=conf)
+    try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=conf)
+        else:
+            path = str(kubeconfig) if kubeconfig else None
+            config.load_kube_config(config_file=path, client_configuration=conf)
+    except (config.ConfigException, OSError) as err:
+        raise UsageError(f"--kubeconfig {kubeconfig or '(default)'}: {err}") from err
     return client.ApiClient(conf)
 
 
