@@ -34,7 +34,7 @@ from gridloop.local import cluster, kube, simulated_nodes
 from gridloop.local.state import State
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_PORT = 38400
+BASE_PORT = 28400  # below the ephemeral port range (32768+)
 
 
 def _fleet_file(workdir: Path, nodes: int) -> Path:

@@ -7,7 +7,8 @@ directory, so it never collides with a demo cluster a user has running:
 - GRIDLOOP_TEST_STATE=DIR reuses a cluster already running from DIR (started
   with `gridloop local up --state-dir DIR ...`) and leaves it running;
 - otherwise a cluster is started under pytest's temporary directory on
-  GRIDLOOP_TEST_BASE_PORT (default 37400) with the default fleet, and stopped
+  GRIDLOOP_TEST_BASE_PORT (default 27400, below the ephemeral port range so
+  no client connection can take one of its ports) with the default fleet, and stopped
   at the end of the run.
 """
 
@@ -31,7 +32,7 @@ from gridloop.local.state import State, load
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
-TEST_BASE_PORT = int(os.environ.get("GRIDLOOP_TEST_BASE_PORT", "37400"))
+TEST_BASE_PORT = int(os.environ.get("GRIDLOOP_TEST_BASE_PORT", "27400"))
 
 
 @dataclass(frozen=True)

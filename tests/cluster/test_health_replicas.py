@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def test_prometheus_stopped_mid_run_means_zero_actions_then_it_resumes(
     )
 
 
-def _replica(local_cluster, namespace: str, policy_file, name: str, port: int, log):
+def _replica(local_cluster, namespace: str, policy_file, name: str, log):
     argv = [
         sys.executable,
         "-m",
@@ -89,7 +90,7 @@ def _replica(local_cluster, namespace: str, policy_file, name: str, port: int, l
         f"--config={policy_file}",
         f"--namespace={namespace}",
         "--interval=1",
-        f"--listen=127.0.0.1:{port}",
+        "--listen=127.0.0.1:0",  # a fixed port may be some connection's ephemeral port
         f"--identity={name}",
     ]
     out = log.open("w")
@@ -109,10 +110,15 @@ def test_two_replicas_one_leader_and_a_failover_without_duplicate_actions(
 ):
     policy_file = tmp_path / "health.yaml"
     policy_file.write_text(POLICY_YAML)
-    replicas = {"replica-a": 39950, "replica-b": 39951}
-    procs = {
-        n: _replica(local_cluster, namespace, policy_file, n, p, tmp_path / f"{n}.log")
-        for n, p in replicas.items()
+    logs = {n: tmp_path / f"{n}.log" for n in ("replica-a", "replica-b")}
+    procs = {n: _replica(local_cluster, namespace, policy_file, n, log) for n, log in logs.items()}
+
+    def metrics_port(name: str) -> int | None:
+        found = re.search(r"metrics on 127\.0\.0\.1:(\d+)", logs[name].read_text())
+        return int(found.group(1)) if found else None
+
+    replicas = {
+        n: eventually(lambda n=n: metrics_port(n), f"{n} to serve metrics", 30) for n in logs
     }
     coord = client.CoordinationV1Api(local_cluster.api)
     try:

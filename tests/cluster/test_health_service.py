@@ -314,3 +314,47 @@ def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
         "two more quarantines after the reset, then the breaker again",
         3 * SCRAPE_S,
     )
+
+
+def test_a_flapping_gpu_is_quarantined_once_and_not_released_while_it_flaps(
+    local_cluster, namespace, sim, eventually, gridloop, tainted, settle
+):
+    # a hold-down longer than a scrape interval, so a returning fault is seen within it
+    policy = dataclasses.replace(POLICY, hold_down_s=3 * SCRAPE_S)
+    service = _service(local_cluster, namespace, policy)
+    settle(service)
+    state, node = str(local_cluster.state.dir), "us-east-h100-001"  # no other test uses it
+
+    def released_events() -> int:
+        return len(
+            local_cluster.core.list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={node},reason=GPUReleased"
+            ).items
+        )
+
+    before = released_events()
+    sim("--node", node, "--gpu", "7", "--xid", "79")
+    _quarantined_soon(service, tainted, node, eventually)
+
+    def healthy_since() -> str | None:
+        notes = local_cluster.core.read_node(node).metadata.annotations or {}
+        return notes.get("health.gridloop.io/healthy-since")
+
+    for _ in range(2):  # clear, the hold-down starts; the fault returns, it starts over
+        gridloop("sim", "clear", "--state-dir", state, "--node", node)
+        eventually(
+            lambda: service.cycle() and healthy_since(), "the hold-down to start", 3 * SCRAPE_S
+        )
+        sim("--node", node, "--gpu", "7", "--xid", "79")
+        eventually(
+            lambda: service.cycle() and not healthy_since(), "the hold-down to reset", 3 * SCRAPE_S
+        )
+        assert node in tainted()
+
+    assert released_events() == before
+    gridloop("sim", "clear", "--state-dir", state, "--node", node)
+    eventually(
+        lambda: service.cycle() and node not in tainted(),
+        "release once it is stable",
+        3 * SCRAPE_S + policy.hold_down_s + 5,
+    )

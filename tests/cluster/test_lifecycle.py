@@ -102,7 +102,7 @@ def gridloop_path() -> str:
 
 
 def test_port_in_use_fails_in_one_line_and_starts_nothing(tmp_path, gridloop):
-    base = 37600
+    base = 27600
     busy = Ports.from_base(base).apiserver
     state_dir = tmp_path / "state"
     with socket.socket() as holder:
@@ -125,10 +125,10 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path, gridloop):
     fleet = tmp_path / "tiny.yaml"
     fleet.write_text(SMALL_FLEET)
     state_dir = tmp_path / "state"
-    ports = Ports.from_base(37700)
+    ports = Ports.from_base(27700)
 
     up = gridloop(
-        "local", "up", "--fleet", str(fleet), "--state-dir", str(state_dir), "--base-port", "37700"
+        "local", "up", "--fleet", str(fleet), "--state-dir", str(state_dir), "--base-port", "27700"
     )
     assert up.returncode == 0, up.stderr
     pids = [p["pid"] for p in _state_json(state_dir)["processes"]]
@@ -154,7 +154,7 @@ def test_down_then_up_keeps_what_the_user_created(tmp_path, gridloop):
     fleet = tmp_path / "tiny.yaml"
     fleet.write_text(SMALL_FLEET)
     state_dir = tmp_path / "state"
-    args = ("--fleet", str(fleet), "--state-dir", str(state_dir), "--base-port", "37700")
+    args = ("--fleet", str(fleet), "--state-dir", str(state_dir), "--base-port", "27700")
     assert gridloop("local", "up", *args).returncode == 0
     try:
         api = kube.api_client(state_dir / "kubeconfig")

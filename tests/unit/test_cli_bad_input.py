@@ -46,7 +46,7 @@ def test_bad_fleet_file_is_refused_before_anything_starts(tmp_path, gridloop, fl
     state = tmp_path / "state"
 
     result = gridloop(
-        "local", "up", "--fleet", str(bad), "--state-dir", str(state), "--base-port", "37800"
+        "local", "up", "--fleet", str(bad), "--state-dir", str(state), "--base-port", "27800"
     )
 
     assert result.returncode == 2

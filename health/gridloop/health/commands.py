@@ -121,7 +121,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{type(o.action).__name__}: {o.action} applied={o.applied} {o.detail}")
         return 0
     ready = threading.Event()
-    server = serve(metrics, host, port, ready.is_set)
+    try:
+        server = serve(metrics, host, port, ready.is_set)
+    except OSError as err:
+        raise UsageError(f"--listen {args.listen}: {err.strerror}") from err
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
