@@ -106,9 +106,7 @@ def up(
         _stop_all(previous)
     extra = GPU_HEALTH if health_service else GPU_HEALTH[:-1]
     components = [*ORDER, *(extra if gpu_health else ())]
-    owners = ports.by_process()
-    in_use = {k: v for k, v in owners.items() if k in components or k == "etcd (peer)"}
-    processes.check_ports_free(in_use)
+    processes.check_ports_free(ports.used_by(components))
     binaries = _binaries(say, gpu_health)
 
     state = State(
@@ -305,12 +303,7 @@ def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
     busy: list[int] = []
     if state:
         deadline = time.monotonic() + 10
-        names = state.components or list(ORDER)
-        busy = [
-            p
-            for owner, p in state.ports.by_process().items()
-            if owner in names or owner == "etcd (peer)"
-        ]
+        busy = list(state.ports.used_by(state.components or list(ORDER)).values())
         while busy and time.monotonic() < deadline:
             busy = [p for p in busy if processes.listening(p)]
             if busy:

@@ -73,6 +73,11 @@ class Ports:
         }
         return {names[k]: v for k, v in asdict(self).items()}
 
+    def used_by(self, processes: list[str]) -> dict[str, int]:
+        """The ports these processes listen on (etcd's peer port comes with etcd)."""
+        wanted = {*processes, *(["etcd (peer)"] if "etcd" in processes else [])}
+        return {owner: port for owner, port in self.by_process().items() if owner in wanted}
+
 
 def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
     client = f"http://{LOOPBACK}:{ports.etcd}"
