@@ -42,6 +42,7 @@ test-unit: setup
 
 bench: build
 	$(BIN)/python bench/bench_local_up.py
+	$(BIN)/python bench/bench_health.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

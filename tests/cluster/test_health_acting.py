@@ -166,3 +166,18 @@ def test_drain_evicts_gpu_pods_but_not_others_nor_those_a_budget_protects(
         ),
         "trainer to be evicted and gone",
     )
+
+
+def test_actions_run_side_by_side_and_a_refused_one_does_not_stop_the_others(
+    local_cluster, gpu_node
+):
+    missing = "no-such-node-anywhere"
+    actions = [_quarantine(missing), _quarantine(gpu_node), Release(node=missing)]
+
+    refused, done, refused_too = Executor(local_cluster.api, workers=3).apply(actions)
+
+    assert done.applied and not done.failed
+    assert refused.failed and not refused.applied and refused.action == actions[0]
+    assert refused.detail.startswith("failed: 404 ") and missing in refused.detail
+    assert refused_too.failed and refused_too.action == actions[2]
+    assert TAINT_KEY in {t["key"] for t in _plain(local_cluster, gpu_node)["spec"]["taints"]}

@@ -68,6 +68,15 @@ def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_sign
     assert "nvlink" not in off and "pcie" not in off
 
 
+def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifying_labels():
+    q = queries(Policy(), "dcgm-exporter")
+    whole_fleet = {"up", "newest", "present"}
+    for family, promql in q.items():
+        if family not in whole_fleet:
+            assert promql.endswith(("> 0", "!= 0")), family
+    assert q["present"] == "group by (UUID, gpu, Hostname, hostname) (DCGM_FI_DEV_GPU_TEMP)"
+
+
 def test_an_unreachable_prometheus_is_one_line_naming_the_family():
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -22,6 +22,7 @@ from kubernetes import client, config
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
 from gridloop.health import status
+from gridloop.health.acting import WORKERS
 from gridloop.health.policy import Policy
 from gridloop.health.policy_loading import load_policy
 
@@ -56,6 +57,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")
     p.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        help=f"node actions carried out at once (default {WORKERS}; 1: one at a time)",
+    )
+    p.add_argument(
         "--listen", default="127.0.0.1:9464", help="address for /metrics, /healthz and /readyz"
     )
     p.add_argument(
@@ -76,8 +83,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_status)
 
 
-def _api(kubeconfig: Path | None) -> client.ApiClient:
+def _api(kubeconfig: Path | None, connections: int = 0) -> client.ApiClient:
     conf = client.Configuration()
+    # one connection per concurrent node action, so none is opened and thrown away
+    conf.connection_pool_maxsize = max(conf.connection_pool_maxsize, connections + 2)
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=conf)
@@ -102,6 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         policy = dataclasses.replace(policy, dry_run=True)
     if args.interval <= 0:
         raise UsageError(f"--interval {args.interval}: must be positive")
+    if not 1 <= args.workers <= 256:
+        raise UsageError(f"--workers {args.workers}: must be between 1 and 256")
     host, port = _listen(args.listen)
 
     from prometheus_api_client import PrometheusConnect
@@ -110,11 +121,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gridloop.health.metrics import Metrics, serve
     from gridloop.health.service import HealthService
 
-    api = _api(args.kubeconfig)
+    api = _api(args.kubeconfig, connections=args.workers)
     prom = PrometheusConnect(url=args.prometheus_url, retry=None)
     metrics = Metrics()
     log = _logger()
-    service = HealthService(api, prom, policy, args.namespace, args.exporter_job, metrics, log=log)
+    service = HealthService(
+        api, prom, policy, args.namespace, args.exporter_job, metrics, log=log, workers=args.workers
+    )
     if args.once:
         report = service.cycle()
         for o in report.outcomes:

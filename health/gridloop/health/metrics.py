@@ -1,8 +1,9 @@
 """The health service's own metrics, and the /metrics, /healthz, /readyz server.
 
 Its decisions are visible here (and as Events): actions by type and whether
-they were applied, nodes quarantined, breaker state, cycle time, the age of
-the newest DCGM sample, and why a cycle held back.
+they were applied, planned only or failed, nodes quarantined, breaker state,
+cycle time (wall and CPU), the age of the newest DCGM sample, why a cycle held
+back, and the process's own CPU and memory.
 """
 
 from __future__ import annotations
@@ -11,7 +12,14 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 
@@ -39,6 +47,11 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.cycle_cpu = Gauge(
+            "gridloop_health_cycle_cpu_seconds",
+            "CPU time (all threads) the last cycle took",
+            registry=r,
+        )
         self.staleness = Gauge(
             "gridloop_health_prometheus_staleness_seconds",
             "Age of the newest DCGM sample (-1: none)",
@@ -49,6 +62,7 @@ class Metrics:
         )
         self.dry_run = Gauge("gridloop_health_dry_run", "1 when running in dry-run", registry=r)
         self.leader = Gauge("gridloop_health_leader", "1 while this replica leads", registry=r)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes
 
     def expose(self) -> bytes:
         return generate_latest(self.registry)

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from gridloop.health import breaker as breakers
 from gridloop.health import status
-from gridloop.health.acting import Executor, Outcome, record_event
+from gridloop.health.acting import WORKERS, Executor, Outcome, record_event
 from gridloop.health.actions import Hold, TripBreaker, Warn
 from gridloop.health.leadership import Lease
 from gridloop.health.listing import GPU_NODES, node_views
@@ -63,11 +63,12 @@ class HealthService:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         log: Log = print,
+        workers: int = WORKERS,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.prom, self.policy, self.namespace = prom, policy, namespace
         self.queries = queries(policy, exporter_job)
-        self.executor = Executor(api, dry_run=policy.dry_run, clock=clock)
+        self.executor = Executor(api, dry_run=policy.dry_run, clock=clock, workers=workers)
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
@@ -82,13 +83,15 @@ class HealthService:
         return build_observed(results, nodes)
 
     def cycle(self) -> CycleReport:
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         now = self.clock()
         observed = self.observe()
         breaker = status.load(self.core, self.namespace)
         actions = plan(observed, self.policy, breaker, now)
         outcomes = self.executor.apply(actions)
-        after = breakers.advance(breaker, actions, observed.nodes, now, self.policy.limits.window_s)
+        # a quarantine the API server refused did not happen: it does not count in the window
+        done = [o.action for o in outcomes if not o.failed]
+        after = breakers.advance(breaker, done, observed.nodes, now, self.policy.limits.window_s)
         held = next((a.reason for a in actions if isinstance(a, Hold)), None)
         summary = {
             "at": now,
@@ -111,6 +114,7 @@ class HealthService:
                     warning=True,
                 )
         self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
+        self.metrics.cycle_cpu.set(time.process_time() - cpu)
         # a condition that lasts (an exporter down, Prometheus away) is logged when it
         # starts and when it ends, not every second; metrics carry it meanwhile
         said = frozenset(_describe(a) for a in actions if isinstance(a, Hold | Warn | TripBreaker))
@@ -131,8 +135,9 @@ class HealthService:
     ) -> None:
         m = self.metrics
         for o in outcomes:
-            m.actions.labels(type(o.action).__name__, "applied" if o.applied else "planned").inc()
-            if o.applied or self.policy.dry_run:
+            outcome = "failed" if o.failed else "applied" if o.applied else "planned"
+            m.actions.labels(type(o.action).__name__, outcome).inc()
+            if o.applied or o.failed or self.policy.dry_run:
                 self.log(
                     f"{type(o.action).__name__.lower()} {getattr(o.action, 'node', '')}"
                     f"{' (dry-run)' if self.policy.dry_run else ''}: {o.detail}".rstrip(": ")

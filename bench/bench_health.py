@@ -1,0 +1,396 @@
+"""Benchmark: the GPU health service, from a fault's first Prometheus sample to a tainted node.
+
+Everything is real but the GPUs: the local control plane with a generated fleet, the
+simulated dcgm-exporters, Debian's Prometheus scraping every node's exporter, and the
+health service as its own process, started as `gridloop local up` starts it.
+
+1. Latency and throughput (`--nodes`, default 2,000 nodes = 16,000 GPUs): for each
+   count in `--failing` (default 1, 100, 500), that many fresh nodes get XID 79 on
+   GPU 0 in one write of the faults file. A watch on the API server notes when each
+   node first carries the quarantine taint; afterwards Prometheus is asked for the
+   first raw sample of each node's XID series that shows 79. Latency = taint seen -
+   that sample's timestamp (the scrape's start: it includes the scrape itself).
+   Run twice in the same cluster, side by side: the service as shipped (`--workers`,
+   16 concurrent node actions) and one action at a time (`--workers 1`, the
+   baseline). Breaker limits are raised for the run, so every fault is acted on.
+2. One cycle's CPU time and the process's memory (`--cycle-nodes`, default 5,000 nodes
+   = 40,000 GPUs): the service cycles over a healthy fleet; its own metrics give the
+   CPU time of each cycle, /proc gives its resident and peak memory. Baseline in the
+   same run: what reading the same data the plain way costs (the Python client's
+   `list_node()` decoded into model objects, and every family's full, unfiltered
+   vector from Prometheus), measured in a fresh process the same way.
+
+Usage (binaries built, nothing else running on the machine):
+
+    .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 1 100 500]
+        [--cycle-nodes 5000] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+from kubernetes import client, watch
+from prometheus_api_client import PrometheusConnect
+
+from gridloop import versions
+from gridloop.fleet import dump_fleet, generate_fleet, load_fleet, planned_nodes
+from gridloop.health.listing import GPU_NODES
+from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.local import cluster, flags, kube
+from gridloop.local.state import State
+from gridloop.sim.faults import FaultSet
+from gridloop.sim.injections import Injection
+from gridloop.sim.storing import FAULTS_FILE, update_faults
+
+BASE_PORT = 28400  # below the ephemeral port range (32768+)
+PYTHON = Path(sys.executable)
+
+
+def _policy(path: Path, nodes: int, scrape_s: int) -> Path:
+    """The shipped defaults, with the breaker opened wide and the run's scrape interval."""
+    wide = {"maxNodes": nodes, "maxPercent": 100}
+    doc = {
+        "apiVersion": "gridloop.io/v1alpha1",
+        "kind": "HealthPolicy",
+        "metadata": {"name": "bench"},
+        "spec": {"scrapeInterval": f"{scrape_s}s", "limits": {"fleet": wide, "pool": wide}},
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _set_scrape_interval(state: State, seconds: int) -> None:
+    """Rewrite the generated Prometheus config and reload it (SIGHUP), as an operator would."""
+    path = state.dir / "prometheus.yml"
+    config = yaml.safe_load(path.read_text())
+    config["global"] = {"scrape_interval": f"{seconds}s", "evaluation_interval": f"{seconds}s"}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    [prom] = [p for p in state.processes if p.name == "prometheus"]
+    os.kill(prom.pid, signal.SIGHUP)
+
+
+class Service:
+    """The health service as its own process, with the arguments `gridloop local up` uses."""
+
+    def __init__(self, state: State, policy: Path, workers: int, interval: float) -> None:
+        argv = flags.health(PYTHON, state.ports, state.kubeconfig, policy)
+        argv = [a for a in argv if not a.startswith("--interval")]
+        argv += [f"--interval={interval}", f"--workers={workers}"]
+        self.log = open(state.dir / f"bench-health-{workers}.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = f"http://{flags.LOOPBACK}:{state.ports.health}/metrics"
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        with urllib.request.urlopen(self.url, timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    key, _, value = line.rpartition(" ")
+                    out[key] = float(value)
+        return out
+
+    def wait_steady(self, timeout: float = 180) -> None:
+        """Until it has cycled over fresh data without holding back, twice."""
+        deadline, good = time.monotonic() + timeout, 0
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(
+                    f"health service exited {self.proc.returncode}: see {self.log.name}"
+                )
+            try:
+                m = self.metrics()
+            except OSError:
+                m = {}
+            holding = any(k.startswith("gridloop_health_holding{") and v for k, v in m.items())
+            cycles = m.get("gridloop_health_cycle_seconds_count", 0)
+            good = good + 1 if cycles and not holding else 0
+            if good >= 3:
+                return
+            time.sleep(1)
+        raise SystemExit(f"health service never steady in {timeout}s: see {self.log.name}")
+
+    def peak_rss_mib(self) -> tuple[int, int]:
+        fields = {}
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0]) // 1024
+        return fields["VmRSS"], fields["VmHWM"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+class TaintWatch:
+    """When each node first shows up quarantined (label and taint land in one patch)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        listed = self.core.list_node(label_selector=STATE_LABEL)
+        self.before = {n.metadata.name for n in listed.items}
+        self._rv = listed.metadata.resource_version
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        w = watch.Watch()
+        for event in w.stream(
+            self.core.list_node,
+            label_selector=STATE_LABEL,
+            resource_version=self._rv,
+            timeout_seconds=600,
+        ):
+            now = time.time()
+            node = event["object"]
+            name = node.metadata.name
+            if name not in self.seen and any(t.key == TAINT_KEY for t in node.spec.taints or []):
+                self.seen[name] = now
+            if self._stop.is_set():
+                w.stop()
+
+    def wait_for(self, names: set[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not names <= self.seen.keys() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self._stop.set()
+
+
+def first_fault_samples(prom: PrometheusConnect, names: set[str], since: float) -> dict[str, float]:
+    """The timestamp of each node's first raw sample of XID 79 on GPU 0 after `since`."""
+    span = int(time.time() - since) + 30
+    out: dict[str, float] = {}
+    for series in prom.custom_query(f'DCGM_FI_DEV_XID_ERRORS{{gpu="0"}}[{span}s]'):
+        host = series["metric"].get("Hostname")
+        if host in names:
+            hits = [
+                float(ts) for ts, v in series["values"] if float(v) == 79 and float(ts) >= since
+            ]
+            if hits:
+                out[host] = min(hits)
+    return out
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+
+
+def failure_round(
+    state: State, api: client.ApiClient, prom: PrometheusConnect, names: list[str]
+) -> dict[str, object]:
+    taints = TaintWatch(api)
+    chosen = set(names)
+    gpus = {n: 8 for n in names}
+    injected = time.time()
+
+    def inject(faults: FaultSet) -> FaultSet:
+        for name in names:
+            faults = faults.inject(gpus, Injection(node=name, gpu=0, xid=79), injected)
+        return faults
+
+    update_faults(state.dir / FAULTS_FILE, inject)
+    taints.wait_for(chosen, timeout=120 + len(names) / 5)
+    time.sleep(1)  # the last samples are surely in Prometheus's answer by now
+    samples = first_fault_samples(prom, chosen, injected - 1)
+    latencies = [taints.seen[n] - samples[n] for n in names if n in taints.seen and n in samples]
+    missing = sorted(chosen - taints.seen.keys())
+    first = min(samples.values()) if samples else injected
+    last = max((taints.seen[n] for n in names if n in taints.seen), default=first)
+    return {
+        "failing": len(names),
+        "tainted": len(chosen & taints.seen.keys()),
+        "missing": missing[:5],
+        "p50_s": round(statistics.median(latencies), 2) if latencies else None,
+        "p99_s": round(_pct(latencies, 99), 2) if latencies else None,
+        "max_s": round(max(latencies), 2) if latencies else None,
+        "inject_to_first_sample_s": round(first - injected, 2),
+        "nodes_per_s": round(len(latencies) / max(last - first, 1e-3), 1),
+    }
+
+
+def run_latency(workdir: Path, nodes: int, failing: list[int], workers: list[int]) -> dict:
+    fleet_file = workdir / f"fleet-{nodes}.yaml"
+    fleet_file.write_text(dump_fleet(generate_fleet(nodes)))
+    state_dir = workdir / "state-latency"
+    scrape_s = int(flags.SCRAPE_INTERVAL.rstrip("s"))
+    policy = _policy(workdir / "policy-latency.yaml", nodes, scrape_s)
+    t0 = time.monotonic()
+    res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None, health_service=False)
+    print(f"cluster of {nodes} nodes up in {time.monotonic() - t0:.1f}s", flush=True)
+    api = kube.api_client(res.state.kubeconfig)
+    prom = PrometheusConnect(url=f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}")
+    pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
+    random.Random(7).shuffle(pool)  # fresh nodes for every round, spread over every pool
+    out: dict[str, object] = {"nodes": nodes, "scrape_interval_s": scrape_s, "variants": []}
+    try:
+        for w in workers:
+            service = Service(res.state, policy, workers=w, interval=1.0)
+            try:
+                service.wait_steady()
+                rounds = []
+                for k in failing:
+                    names, pool = pool[:k], pool[k:]
+                    row = failure_round(res.state, api, prom, names)
+                    print(f"workers={w:>2} {json.dumps(row)}", flush=True)
+                    rounds.append(row)
+                    service.wait_steady()
+                out["variants"].append({"workers": w, "rounds": rounds})  # type: ignore[union-attr]
+            finally:
+                service.stop()
+    finally:
+        cluster.down(state_dir, purge=True)
+    return out
+
+
+def plain_read(kubeconfig: str, prometheus: str, families: str) -> None:
+    """The baseline, in its own process: read the cycle's data the plain way, report cost."""
+    api = kube.api_client(Path(kubeconfig))
+    prom = PrometheusConnect(url=prometheus)
+    queries = json.loads(families)
+    cpu, wall = time.process_time(), time.monotonic()
+    nodes = client.CoreV1Api(api).list_node(label_selector=GPU_NODES).items
+    answers = {f: prom.custom_query(q) for f, q in queries.items()}
+    samples = sum(len(a) for a in answers.values())
+    print(
+        json.dumps(
+            {
+                "cpu_s": round(time.process_time() - cpu, 2),
+                "wall_s": round(time.monotonic() - wall, 2),
+                "nodes": len(nodes),
+                "samples": samples,
+                "peak_rss_mib": _own_peak_mib(),
+            }
+        )
+    )
+
+
+def _own_peak_mib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def _unfiltered(policy_path: Path) -> dict[str, str]:
+    """The same families as the service asks for, without the filters: every GPU's series."""
+    from gridloop.health.policy_loading import load_policy
+    from gridloop.health.signals import PRESENCE, queries
+
+    out = {}
+    for family, promql in queries(load_policy(policy_path), flags.EXPORTER_JOB).items():
+        for suffix in (" > 0", " != 0"):
+            promql = promql.removesuffix(suffix)
+        out[family] = PRESENCE if family == "present" else promql
+    return out
+
+
+def run_cycle(workdir: Path, nodes: int, scrape_s: int, cycles: int) -> dict:
+    fleet_file = workdir / f"fleet-{nodes}.yaml"
+    fleet_file.write_text(dump_fleet(generate_fleet(nodes)))
+    state_dir = workdir / "state-cycle"
+    policy = _policy(workdir / "policy-cycle.yaml", nodes, scrape_s)
+    t0 = time.monotonic()
+    res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None, health_service=False)
+    _set_scrape_interval(res.state, scrape_s)
+    print(f"cluster of {nodes} nodes up in {time.monotonic() - t0:.1f}s", flush=True)
+    try:
+        service = Service(res.state, policy, workers=16, interval=2.0)
+        try:
+            service.wait_steady(timeout=300)
+            per_cycle, start = [], service.metrics()
+            while len(per_cycle) < cycles:
+                before = service.metrics()["gridloop_health_cycle_seconds_count"]
+                time.sleep(0.5)
+                m = service.metrics()
+                if m["gridloop_health_cycle_seconds_count"] > before:
+                    per_cycle.append(m["gridloop_health_cycle_cpu_seconds"])
+            end = service.metrics()
+            rss, hwm = service.peak_rss_mib()
+        finally:
+            service.stop()
+        n = (
+            end["gridloop_health_cycle_seconds_count"]
+            - start["gridloop_health_cycle_seconds_count"]
+        )
+        wall = end["gridloop_health_cycle_seconds_sum"] - start["gridloop_health_cycle_seconds_sum"]
+        plain = subprocess.run(
+            [
+                str(PYTHON),
+                __file__,
+                "--plain-read",
+                str(res.state.kubeconfig),
+                f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}",
+                json.dumps(_unfiltered(policy)),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        baseline = json.loads(plain.stdout.strip().splitlines()[-1])
+    finally:
+        cluster.down(state_dir, purge=True)
+    return {
+        "nodes": nodes,
+        "gpus": nodes * 8,
+        "scrape_interval_s": scrape_s,
+        "cycles": len(per_cycle),
+        "cycle_cpu_s_p50": round(statistics.median(per_cycle), 3),
+        "cycle_cpu_s_max": round(max(per_cycle), 3),
+        "cycle_wall_s_mean": round(wall / max(n, 1), 3),
+        "rss_mib": rss,
+        "peak_rss_mib": hwm,
+        "plain_read": baseline,
+    }
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--plain-read":
+        plain_read(*sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--failing", type=int, nargs="+", default=[1, 100, 500])
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--cycle-nodes", type=int, default=5000, help="0: skip")
+    parser.add_argument("--cycle-scrape", type=int, default=15, help="scrape interval, seconds")
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results: dict[str, object] = {
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
+        "kubernetes": versions.get("kubernetes").version,
+    }
+    with tempfile.TemporaryDirectory(prefix="gridloop-bench-health-") as tmp:
+        if args.nodes:
+            results["latency"] = run_latency(Path(tmp), args.nodes, args.failing, args.workers)
+        if args.cycle_nodes:
+            results["cycle"] = run_cycle(
+                Path(tmp), args.cycle_nodes, args.cycle_scrape, args.cycles
+            )
+            print(json.dumps(results["cycle"]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
