@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 
 from prometheus_api_client import PrometheusConnect
@@ -9,7 +10,7 @@ from prometheus_api_client import PrometheusConnect
 from gridloop.health.observed import NodeView
 from gridloop.health.policy import Policy, Signals
 from gridloop.health.reading import build_observed, read
-from gridloop.health.signals import queries
+from gridloop.health.signals import SLOW_FAMILIES, queries
 
 NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
 
@@ -75,6 +76,15 @@ def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifyin
         if family not in whole_fleet:
             assert promql.endswith(("> 0", "!= 0")), family
     assert q["present"] == "group by (UUID, gpu, Hostname, hostname) (DCGM_FI_DEV_GPU_TEMP)"
+
+
+def test_only_families_over_windows_of_minutes_are_asked_once_per_scrape_interval():
+    q = queries(Policy(), "dcgm-exporter")
+    assert set(q) >= {"xid_repeats", "thermal", "nvlink", "pcie"}  # power is off by default
+    for family, promql in q.items():
+        minutes_window = re.search(r"\[(\d+)s\]", promql)
+        slow = minutes_window is not None and int(minutes_window.group(1)) >= 120
+        assert (family in SLOW_FAMILIES) == slow, family
 
 
 def test_an_unreachable_prometheus_is_one_line_naming_the_family():

@@ -65,12 +65,14 @@ class Executor:
         protected_namespaces: frozenset[str] = SYSTEM_NAMESPACES,
         clock: Callable[[], float] = time.time,
         workers: int = WORKERS,
+        on_patched: Callable[[dict[str, Any]], None] = lambda _node: None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.dry_run = dry_run
         self.protected = protected_namespaces
         self.clock = clock
         self.workers = workers
+        self.on_patched = on_patched  # gets each node as the API server returned it
 
     def apply(self, actions: list[Action]) -> list[Outcome]:
         """One outcome per action, in the same order."""
@@ -122,9 +124,10 @@ class Executor:
         for delay in (*BACKOFFS, None):
             node = json.loads(self.core.read_node(name, _preload_content=False).data)
             try:
-                self.core.patch_node(
+                answer = self.core.patch_node(
                     name, build(node), field_manager=MANAGER, _preload_content=False
                 )
+                self.on_patched(json.loads(answer.data))
                 return
             except ApiException as err:
                 if err.status != 409 or delay is None:

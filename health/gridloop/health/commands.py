@@ -120,13 +120,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gridloop.health.leadership import Lease
     from gridloop.health.metrics import Metrics, serve
     from gridloop.health.service import HealthService
+    from gridloop.health.watching import NodeCache
 
     api = _api(args.kubeconfig, connections=args.workers)
     prom = PrometheusConnect(url=args.prometheus_url, retry=None)
     metrics = Metrics()
     log = _logger()
+    nodes = None if args.once else NodeCache(api, policy.opt_out_label, log).start()
     service = HealthService(
-        api, prom, policy, args.namespace, args.exporter_job, metrics, log=log, workers=args.workers
+        api,
+        prom,
+        policy,
+        args.namespace,
+        args.exporter_job,
+        metrics,
+        log=log,
+        workers=args.workers,
+        nodes=nodes,
     )
     if args.once:
         report = service.cycle()

@@ -1,6 +1,6 @@
 """One health cycle, and the loop that repeats it: read, plan, act, record.
 
-    nodes (API) + DCGM series (Prometheus) -> Observed -> plan() -> actions
+    nodes (API, watched) + DCGM series (Prometheus) -> Observed -> plan() -> actions
       -> Executor (patches, Events) -> breaker and status ConfigMap -> metrics
 
 The cycle is level-triggered: it reads the whole world each time and never
@@ -11,6 +11,7 @@ the status ConfigMap), so a restart or a failover repeats no action.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import Counter as Tally
@@ -31,7 +32,8 @@ from gridloop.health.observed import Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
 from gridloop.health.reading import build_observed, read
-from gridloop.health.signals import queries
+from gridloop.health.signals import SLOW_FAMILIES, queries
+from gridloop.health.watching import NodeCache
 
 Log = Callable[[str], None]
 
@@ -64,23 +66,40 @@ class HealthService:
         clock: Callable[[], float] = time.time,
         log: Log = print,
         workers: int = WORKERS,
+        nodes: NodeCache | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.prom, self.policy, self.namespace = prom, policy, namespace
         self.queries = queries(policy, exporter_job)
-        self.executor = Executor(api, dry_run=policy.dry_run, clock=clock, workers=workers)
+        self.nodes = nodes  # None: list every GPU node each cycle
+        self.executor = Executor(
+            api,
+            dry_run=policy.dry_run,
+            clock=clock,
+            workers=workers,
+            on_patched=nodes.offer if nodes else lambda _node: None,
+        )
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
         self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
+        self._slow: dict[str, list[Any]] = {}  # the last answers of SLOW_FAMILIES
+        self._slow_at = -math.inf  # monotonic time they were read
 
     def observe(self) -> Observed:
-        raw = self.core.list_node(label_selector=GPU_NODES, _preload_content=False)
-        nodes = node_views(json.loads(raw.data)["items"], self.policy.opt_out_label)
-        results = read(self.prom, self.queries)
+        nodes = self.nodes.views() if self.nodes else None
+        if nodes is None:
+            raw = self.core.list_node(label_selector=GPU_NODES, _preload_content=False)
+            nodes = node_views(json.loads(raw.data)["items"], self.policy.opt_out_label)
+        slow_due = time.monotonic() - self._slow_at >= self.policy.scrape_interval_s
+        asked = {f: q for f, q in self.queries.items() if slow_due or f not in SLOW_FAMILIES}
+        results = read(self.prom, asked)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
-        return build_observed(results, nodes)
+        if slow_due:
+            self._slow = {f: v for f, v in results.items() if f in SLOW_FAMILIES}
+            self._slow_at = time.monotonic()
+        return build_observed({**self._slow, **results}, nodes)
 
     def cycle(self) -> CycleReport:
         start, cpu = time.monotonic(), time.process_time()

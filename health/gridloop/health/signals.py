@@ -17,6 +17,11 @@ from __future__ import annotations
 from gridloop.health.policy import Policy
 
 HOST_LABELS = ("Hostname", "hostname")
+# Families measured over windows of minutes: a reading one scrape interval old says the
+# same, so they are asked once per scrape interval, not every cycle. They are also the
+# expensive ones (every sample of every GPU in the window), and a cycle every second
+# that re-asks them keeps a Prometheus with 16,000 GPUs busy on two cores.
+SLOW_FAMILIES = frozenset({"xid_repeats", "thermal", "power", "nvlink", "pcie"})
 GPU_KEYS = ("UUID", "gpu", *HOST_LABELS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
 
