@@ -15,15 +15,18 @@ from gridloop.health.signals import SLOW_FAMILIES, queries
 NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
 
 
+NOW = 1700000000.0  # Prometheus's evaluation time in these answers
+
+
 def series(value: float, **labels: str) -> dict:
-    return {"metric": labels, "value": [1700000000.0, str(value)]}
+    return {"metric": labels, "value": [NOW, str(value)]}
 
 
 def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
     results = {
-        "present": [
-            series(40, Hostname="a", UUID="GPU-a0", gpu="0"),
-            series(41, hostname="b", UUID="GPU-b1", gpu="1"),
+        "present": [  # the value is when the GPU was last scraped
+            series(NOW - 4.5, Hostname="a", UUID="GPU-a0", gpu="0"),
+            series(NOW - 9.0, hostname="b", UUID="GPU-b1", gpu="1"),
         ],
         "xid": [
             series(79, Hostname="a", UUID="GPU-a0", gpu="0"),
@@ -31,7 +34,6 @@ def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
         ],
         "ecc_dbe": [series(2, hostname="b", UUID="GPU-b1")],
         "up": [series(1, node="a"), series(1, Hostname="b")],
-        "newest": [series(4.5)],
     }
 
     obs = build_observed(results, NODES)
@@ -66,25 +68,40 @@ def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_sign
     assert q["up"] == 'up{job="dcgm-exporter"}'
     assert all("Hostname=" not in v and "node=" not in v for v in q.values())
     off = queries(Policy(signals=Signals(nvlink_errors=None, pcie_replays=None)), "dcgm")
-    assert "nvlink" not in off and "pcie" not in off
+    assert not any(f.startswith(("nvlink", "pcie")) for f in off)
 
 
 def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifying_labels():
     q = queries(Policy(), "dcgm-exporter")
-    whole_fleet = {"up", "newest", "present"}
+    whole_fleet = {"up", "present"}
     for family, promql in q.items():
         if family not in whole_fleet:
             assert promql.endswith(("> 0", "!= 0")), family
-    assert q["present"] == "group by (UUID, gpu, Hostname, hostname) (DCGM_FI_DEV_GPU_TEMP)"
+    assert q["present"] == (
+        "max by (UUID, gpu, Hostname, hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
+    )
 
 
-def test_only_families_over_windows_of_minutes_are_asked_once_per_scrape_interval():
+def test_nvlink_counters_are_asked_one_by_one_and_their_rates_add_up_per_gpu():
+    gpu = {"Hostname": "a", "UUID": "GPU-a0"}
+    results = {
+        "present": [series(NOW - 1, **gpu)],
+        "nvlink_replay": [series(0.5, **gpu)],
+        "nvlink_crc_flit": [series(1.5, **gpu)],
+    }
+
+    obs = build_observed(results, NODES)
+
+    assert obs.gpus["a"]["GPU-a0"].nvlink_error_rate == 2.0
+
+
+def test_presence_and_families_over_minutes_are_asked_once_per_scrape_interval():
     q = queries(Policy(), "dcgm-exporter")
-    assert set(q) >= {"xid_repeats", "thermal", "nvlink", "pcie"}  # power is off by default
+    assert set(q) >= {"xid_repeats", "thermal", "nvlink_replay", "pcie"}  # power: off by default
     for family, promql in q.items():
         minutes_window = re.search(r"\[(\d+)s\]", promql)
-        slow = minutes_window is not None and int(minutes_window.group(1)) >= 120
-        assert (family in SLOW_FAMILIES) == slow, family
+        over_minutes = minutes_window is not None and int(minutes_window.group(1)) >= 120
+        assert (family in SLOW_FAMILIES) == (over_minutes or family == "present"), family
 
 
 def test_an_unreachable_prometheus_is_one_line_naming_the_family():

@@ -1,12 +1,15 @@
 """Read GPU nodes from the API server into NodeViews (gridloop's record included).
 
-One list call per cycle for the whole fleet. A node's record is what
-gridloop wrote in its annotations, so a restarted service knows its past.
+A node's record is what gridloop wrote in its annotations, so a restarted
+service knows its past. The fleet is listed in pages and each page becomes
+views before the next is read: 5,000 nodes are ~23 MB of JSON, and holding it
+all decoded at once would double the service's peak memory.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from gridloop.health.observed import (
@@ -70,5 +73,30 @@ def node_view(node: dict[str, Any], opt_out_label: str) -> NodeView:
     )
 
 
-def node_views(nodes: list[dict[str, Any]], opt_out_label: str) -> dict[str, NodeView]:
-    return {n["metadata"]["name"]: node_view(n, opt_out_label) for n in nodes}
+PAGE = 500  # nodes per list call
+
+
+@dataclass(frozen=True)
+class Listed:
+    views: dict[str, NodeView]
+    versions: dict[str, int]  # each node's resourceVersion
+    resource_version: str  # the list's: a watch continues from here
+
+
+def list_views(core: Any, opt_out_label: str) -> Listed:
+    """Every GPU node as a NodeView, read a page at a time."""
+    views: dict[str, NodeView] = {}
+    versions: dict[str, int] = {}
+    token = None
+    while True:
+        raw = core.list_node(
+            label_selector=GPU_NODES, limit=PAGE, _continue=token, _preload_content=False
+        )
+        page = json.loads(raw.data)
+        for node in page["items"]:
+            meta = node["metadata"]
+            views[meta["name"]] = node_view(node, opt_out_label)
+            versions[meta["name"]] = int(meta.get("resourceVersion") or 0)
+        token = page["metadata"].get("continue")
+        if not token:
+            return Listed(views, versions, str(page["metadata"]["resourceVersion"]))

@@ -47,9 +47,17 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.phase = Histogram(
+            "gridloop_health_cycle_phase_seconds",
+            "Wall time of each part of a cycle: read (nodes and Prometheus), plan "
+            "(breaker record and plan()), act (node patches and Events)",
+            ["phase"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
         self.cycle_cpu = Gauge(
             "gridloop_health_cycle_cpu_seconds",
-            "CPU time (all threads) the last cycle took",
+            "CPU time the last cycle took (all its threads; not the node watch's)",
             registry=r,
         )
         self.staleness = Gauge(

@@ -10,12 +10,13 @@ function here that talks to Prometheus: any failure becomes
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from gridloop.health.observed import GpuReading, NodeView, Observed
-from gridloop.health.signals import HOST_LABELS
+from gridloop.health.signals import HOST_LABELS, NVLINK_FAMILIES
 
 Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
 
@@ -28,7 +29,6 @@ _FIELDS = {
     "retired_pending": ("retired_pages_pending", bool),
     "thermal": ("thermal_violation", float),
     "power": ("power_violation", float),
-    "nvlink": ("nvlink_error_rate", float),
     "pcie": ("pcie_replay_rate", float),
 }
 UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
@@ -48,31 +48,54 @@ def _host(labels: dict[str, str], keys: tuple[str, ...] = HOST_LABELS) -> str | 
 
 def build_observed(results: dict[str, list[Sample]], nodes: dict[str, NodeView]) -> Observed:
     gpus: dict[str, dict[str, GpuReading]] = {}
+    present = []
     for sample in results.get("present", []):
         labels = sample.get("metric", {})
         host, uuid = _host(labels), labels.get("UUID")
         if host in nodes and uuid:
             gpus.setdefault(host, {})[uuid] = GpuReading(uuid=uuid, index=labels.get("gpu", ""))
+            present.append(sample)
     for family, (field, kind) in _FIELDS.items():
-        for sample in results.get(family, []):
-            labels = sample.get("metric", {})
-            host, uuid = _host(labels), labels.get("UUID")
-            reading = gpus.get(host or "", {}).get(uuid or "")
-            if reading is not None and host and uuid:
-                value = _value(sample)
-                gpus[host][uuid] = replace(reading, **{field: kind(value)})
+        for host, uuid, reading, value in _readings(results.get(family, []), gpus):
+            gpus[host][uuid] = replace(reading, **{field: kind(value)})
+    for family in sorted(NVLINK_FAMILIES):  # one answer per counter: their rates add up
+        for host, uuid, reading, value in _readings(results.get(family, []), gpus):
+            rate = reading.nvlink_error_rate + value
+            gpus[host][uuid] = replace(reading, nvlink_error_rate=rate)
     exporter_up: dict[str, bool] = {}
     for sample in results.get("up", []):
         host = _host(sample.get("metric", {}), UP_NODE_LABELS)
         if host in nodes:
             exporter_up[host] = exporter_up.get(host, False) or _value(sample) == 1.0
-    newest = results.get("newest", [])
     return Observed(
         nodes=nodes,
         gpus=gpus,
         exporter_up=exporter_up,
-        newest_sample_age_s=_value(newest[0]) if newest else None,
+        newest_sample_age_s=_newest_age(present),
     )
+
+
+def _readings(
+    samples: list[Sample], gpus: dict[str, dict[str, GpuReading]]
+) -> Iterator[tuple[str, str, GpuReading, float]]:
+    """(host, uuid, the GPU's reading so far, the sample's value) for each known GPU."""
+    for sample in samples:
+        labels = sample.get("metric", {})
+        host, uuid = _host(labels), labels.get("UUID")
+        reading = gpus.get(host or "", {}).get(uuid or "")
+        if reading is not None and host and uuid:
+            yield host, uuid, reading, _value(sample)
+
+
+def _newest_age(present: list[Sample]) -> float | None:
+    """Seconds between Prometheus's evaluation time and the freshest sample of a fleet GPU."""
+    ages = []
+    for sample in present:
+        try:
+            ages.append(float(sample["value"][0]) - float(sample["value"][1]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return max(0.0, min(ages)) if ages else None
 
 
 QUERIES_AT_ONCE = 4  # a dozen queries; Prometheus answers several at once on its own cores

@@ -10,13 +10,11 @@ the status ConfigMap), so a restart or a failover repeats no action.
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes import client
@@ -26,12 +24,13 @@ from gridloop.health import status
 from gridloop.health.acting import WORKERS, Executor, Outcome, record_event
 from gridloop.health.actions import Hold, TripBreaker, Warn
 from gridloop.health.leadership import Lease
-from gridloop.health.listing import GPU_NODES, node_views
+from gridloop.health.listing import list_views
 from gridloop.health.metrics import Metrics
 from gridloop.health.observed import Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
 from gridloop.health.reading import build_observed, read
+from gridloop.health.refreshing import Refresher
 from gridloop.health.signals import SLOW_FAMILIES, queries
 from gridloop.health.watching import NodeCache
 
@@ -83,31 +82,44 @@ class HealthService:
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
         self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
-        self._slow: dict[str, list[Any]] = {}  # the last answers of SLOW_FAMILIES
-        self._slow_at = -math.inf  # monotonic time they were read
+        slow = {f: q for f, q in self.queries.items() if f in SLOW_FAMILIES}
+        self.fast = {f: q for f, q in self.queries.items() if f not in SLOW_FAMILIES}
+        self.slow = Refresher(prom, slow, policy.scrape_interval_s, policy.stale_after_s)
 
     def observe(self) -> Observed:
         nodes = self.nodes.views() if self.nodes else None
         if nodes is None:
-            raw = self.core.list_node(label_selector=GPU_NODES, _preload_content=False)
-            nodes = node_views(json.loads(raw.data)["items"], self.policy.opt_out_label)
-        slow_due = time.monotonic() - self._slow_at >= self.policy.scrape_interval_s
-        asked = {f: q for f, q in self.queries.items() if slow_due or f not in SLOW_FAMILIES}
-        results = read(self.prom, asked)
+            nodes = list_views(self.core, self.policy.opt_out_label).views
+        slow = self.slow.answers()
+        if isinstance(slow, str):
+            return Observed(nodes=nodes, prometheus_error=slow)
+        kept, kept_for = slow
+        results = read(self.prom, self.fast)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
-        if slow_due:
-            self._slow = {f: v for f, v in results.items() if f in SLOW_FAMILIES}
-            self._slow_at = time.monotonic()
-        return build_observed({**self._slow, **results}, nodes)
+        observed = build_observed({**kept, **results}, nodes)
+        age = observed.newest_sample_age_s
+        if age is None:
+            return observed
+        # the staleness came with the kept answer: it has aged since
+        return replace(observed, newest_sample_age_s=age + kept_for)
+
+    def _watch_cpu(self) -> float:
+        return self.nodes.cpu_s if self.nodes else 0.0
 
     def cycle(self) -> CycleReport:
-        start, cpu = time.monotonic(), time.process_time()
+        start, cpu, watch_cpu = time.monotonic(), time.process_time(), self._watch_cpu()
         now = self.clock()
         observed = self.observe()
+        read_at = time.monotonic()
         breaker = status.load(self.core, self.namespace)
         actions = plan(observed, self.policy, breaker, now)
+        planned_at = time.monotonic()
         outcomes = self.executor.apply(actions)
+        phases = self.metrics.phase.labels
+        phases("read").observe(read_at - start)
+        phases("plan").observe(planned_at - read_at)
+        phases("act").observe(time.monotonic() - planned_at)
         # a quarantine the API server refused did not happen: it does not count in the window
         done = [o.action for o in outcomes if not o.failed]
         after = breakers.advance(breaker, done, observed.nodes, now, self.policy.limits.window_s)
@@ -133,7 +145,8 @@ class HealthService:
                     warning=True,
                 )
         self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
-        self.metrics.cycle_cpu.set(time.process_time() - cpu)
+        # the node watch works between cycles as well: its share is not the cycle's
+        self.metrics.cycle_cpu.set(time.process_time() - cpu - (self._watch_cpu() - watch_cpu))
         # a condition that lasts (an exporter down, Prometheus away) is logged when it
         # starts and when it ends, not every second; metrics carry it meanwhile
         said = frozenset(_describe(a) for a in actions if isinstance(a, Hold | Warn | TripBreaker))

@@ -17,11 +17,15 @@ from __future__ import annotations
 from gridloop.health.policy import Policy
 
 HOST_LABELS = ("Hostname", "hostname")
-# Families measured over windows of minutes: a reading one scrape interval old says the
-# same, so they are asked once per scrape interval, not every cycle. They are also the
-# expensive ones (every sample of every GPU in the window), and a cycle every second
-# that re-asks them keeps a Prometheus with 16,000 GPUs busy on two cores.
-SLOW_FAMILIES = frozenset({"xid_repeats", "thermal", "power", "nvlink", "pcie"})
+# Asked once per scrape interval, not every cycle: the families measured over windows of
+# minutes (a reading one interval old says the same), and which GPUs report at all (a
+# GPU that falls off the bus is gone for good; the staleness read from this answer is
+# aged by the time it was kept). They are the expensive queries: an aggregation or a
+# window over every GPU. The faults that quarantine at once (XID, ECC, row remap) are
+# asked every cycle.
+NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+NVLINK_FAMILIES = frozenset(f"nvlink_{name.lower()}" for name in NVLINK_COUNTERS)
+SLOW_FAMILIES = frozenset({"present", "xid_repeats", "thermal", "power", "pcie", *NVLINK_FAMILIES})
 GPU_KEYS = ("UUID", "gpu", *HOST_LABELS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
 
@@ -35,8 +39,9 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
     s, repeat = policy.signals, _window(policy.xid_repeat_window_s)
     q = {
         "up": f'up{{job="{exporter_job}"}}',
-        "newest": f"time() - max(timestamp({PRESENCE}))",
-        "present": f"group by ({', '.join(GPU_KEYS)}) ({PRESENCE})",
+        # which GPUs report, and when each was last scraped: the answer's own evaluation
+        # time minus the newest of these is how stale Prometheus is
+        "present": f"max by ({', '.join(GPU_KEYS)}) (timestamp({PRESENCE}))",
         "xid": "DCGM_FI_DEV_XID_ERRORS != 0",
         # the XID gauge holds the last code: each change in the window counts as an event
         # (a new code, or a return to 0 after a reset; the same code twice in a row is
@@ -63,15 +68,13 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         )
     if s.nvlink_errors:
         w, by = _window(s.nvlink_errors.window_s), ", ".join(GPU_KEYS)
-        # Prometheus 2 refuses rate() over several metric names at once (the names are
-        # dropped, the label sets collide), so each counter is summed per GPU and a
-        # missing counter counts as zero against the presence gauge.
-        zero = f"(0 * sum by ({by}) ({PRESENCE}))"
-        terms = [
-            f"(sum by ({by}) (rate(DCGM_FI_DEV_NVLINK_{name}_ERROR_COUNT_TOTAL[{w}])) or {zero})"
-            for name in ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
-        ]
-        q["nvlink"] = f"({' + '.join(terms)}) > 0"
+        # one query per counter, summed per GPU here: Prometheus 2 refuses rate() over
+        # several metric names at once, and padding each term with zeros to add them in
+        # PromQL costs an aggregation over every GPU per term
+        for name in NVLINK_COUNTERS:
+            q[f"nvlink_{name.lower()}"] = (
+                f"sum by ({by}) (rate(DCGM_FI_DEV_NVLINK_{name}_ERROR_COUNT_TOTAL[{w}])) > 0"
+            )
     if s.pcie_replays:
         q["pcie"] = f"rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[{_window(s.pcie_replays.window_s)}]) > 0"
     return q

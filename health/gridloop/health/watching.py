@@ -19,7 +19,6 @@ It keeps NodeViews only, not the node objects.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from gridloop.health.listing import GPU_NODES, node_view
+from gridloop.health.listing import GPU_NODES, list_views, node_view
 from gridloop.health.observed import NodeView
 
 Log = Callable[[str], None]
@@ -54,6 +53,7 @@ class NodeCache:
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.cpu_s = 0.0  # CPU time the watch thread has used, for the cycle's own accounting
 
     def start(self) -> NodeCache:
         self._thread = threading.Thread(target=self._run, name="health-nodes", daemon=True)
@@ -100,13 +100,10 @@ class NodeCache:
                 self._versions.pop(name, None)
 
     def _list(self) -> int:
-        raw = self.core.list_node(label_selector=GPU_NODES, _preload_content=False)
-        body = json.loads(raw.data)
-        items = body["items"]
+        listed = list_views(self.core, self.opt_out_label)
         with self._lock:
-            self._views = {n["metadata"]["name"]: node_view(n, self.opt_out_label) for n in items}
-            self._versions = {n["metadata"]["name"]: _version(n) for n in items}
-        return int(body["metadata"]["resourceVersion"])
+            self._views, self._versions = listed.views, listed.versions
+        return int(listed.resource_version)
 
     def _follow(self, since: int) -> int:
         """Apply watch events until the server ends the watch; returns where it got to."""
@@ -125,6 +122,7 @@ class NodeCache:
                 self.offer(obj)
             elif event["type"] == "DELETED":
                 self._forget(obj)
+            self.cpu_s = time.thread_time()
             if self._stop.is_set():
                 w.stop()
         return since
@@ -134,6 +132,7 @@ class NodeCache:
         while not self._stop.is_set():
             try:
                 since = self._list()
+                self.cpu_s = time.thread_time()
                 self._synced.set()
                 if failures:
                     self.log("node watch back: cycles read the cache again")
