@@ -95,13 +95,13 @@ def test_nvlink_counters_are_asked_one_by_one_and_their_rates_add_up_per_gpu():
     assert obs.gpus["a"]["GPU-a0"].nvlink_error_rate == 2.0
 
 
-def test_presence_and_families_over_minutes_are_asked_once_per_scrape_interval():
+def test_only_families_over_windows_of_minutes_are_asked_once_per_scrape_interval():
     q = queries(Policy(), "dcgm-exporter")
     assert set(q) >= {"xid_repeats", "thermal", "nvlink_replay", "pcie"}  # power: off by default
     for family, promql in q.items():
         minutes_window = re.search(r"\[(\d+)s\]", promql)
         over_minutes = minutes_window is not None and int(minutes_window.group(1)) >= 120
-        assert (family in SLOW_FAMILIES) == (over_minutes or family == "present"), family
+        assert (family in SLOW_FAMILIES) == over_minutes, family
 
 
 def test_an_unreachable_prometheus_is_one_line_naming_the_family():

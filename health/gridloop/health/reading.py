@@ -10,6 +10,7 @@ function here that talks to Prometheus: any failure becomes
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -101,12 +102,21 @@ def _newest_age(present: list[Sample]) -> float | None:
 QUERIES_AT_ONCE = 4  # a dozen queries; Prometheus answers several at once on its own cores
 
 
+EVAL_LAG_S = 1.0  # how far behind now one read looks: past any scrape still being written
+
+
 def read(prom: Any, queries: dict[str, str]) -> dict[str, list[Sample]] | str:
-    """Every family's instant vector, or one line saying why Prometheus failed us."""
+    """Every family's instant vector, or one line saying why Prometheus failed us.
+
+    All of one read's queries are evaluated at the same moment: the queries run side by
+    side, and an exporter going down or first scraped between two of them must not read
+    as GPUs gone from a node whose exporter is up.
+    """
+    at = {"time": f"{time.time() - EVAL_LAG_S:.3f}"}
 
     def ask(promql: str) -> list[Sample] | Exception:
         try:
-            answer: list[Sample] = prom.custom_query(query=promql)
+            answer: list[Sample] = prom.custom_query(query=promql, params=at)
             return answer
         except Exception as err:  # connection, HTTP and parse errors alike mean "unsure"
             return err

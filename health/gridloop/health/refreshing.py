@@ -1,7 +1,7 @@
 """The slow signal families, re-read from Prometheus in the background.
 
-Which GPUs report and the families measured over minutes (signals.SLOW_FAMILIES) are
-worth asking once per scrape interval, and they are the expensive queries. Asked
+The families measured over windows of minutes (signals.SLOW_FAMILIES) are worth asking
+once per scrape interval, and they are the expensive queries. Asked
 inside a cycle, every few cycles one would take several times as long as the others,
 and a fault arriving then would wait for it. So a cycle takes the latest answers and,
 when they are due, starts the next read in a thread of its own.

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -93,16 +93,11 @@ class HealthService:
         slow = self.slow.answers()
         if isinstance(slow, str):
             return Observed(nodes=nodes, prometheus_error=slow)
-        kept, kept_for = slow
+        kept, _age = slow
         results = read(self.prom, self.fast)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
-        observed = build_observed({**kept, **results}, nodes)
-        age = observed.newest_sample_age_s
-        if age is None:
-            return observed
-        # the staleness came with the kept answer: it has aged since
-        return replace(observed, newest_sample_age_s=age + kept_for)
+        return build_observed({**kept, **results}, nodes)
 
     def _watch_cpu(self) -> float:
         return self.nodes.cpu_s if self.nodes else 0.0

@@ -18,14 +18,13 @@ from gridloop.health.policy import Policy
 
 HOST_LABELS = ("Hostname", "hostname")
 # Asked once per scrape interval, not every cycle: the families measured over windows of
-# minutes (a reading one interval old says the same), and which GPUs report at all (a
-# GPU that falls off the bus is gone for good; the staleness read from this answer is
-# aged by the time it was kept). They are the expensive queries: an aggregation or a
-# window over every GPU. The faults that quarantine at once (XID, ECC, row remap) are
-# asked every cycle.
+# minutes (a reading one interval old says the same). They are the expensive queries (a
+# window over every GPU). The faults that quarantine at once (XID, ECC, row remap), which
+# GPUs report, and whether each exporter is up are asked every cycle, together: a GPU
+# counts as fallen off the bus only when presence and `up` come from the same moment.
 NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
 NVLINK_FAMILIES = frozenset(f"nvlink_{name.lower()}" for name in NVLINK_COUNTERS)
-SLOW_FAMILIES = frozenset({"present", "xid_repeats", "thermal", "power", "pcie", *NVLINK_FAMILIES})
+SLOW_FAMILIES = frozenset({"xid_repeats", "thermal", "power", "pcie", *NVLINK_FAMILIES})
 GPU_KEYS = ("UUID", "gpu", *HOST_LABELS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
 
