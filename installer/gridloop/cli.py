@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from gridloop.bundle import commands as bundle_commands
+from gridloop.chart import commands as chart_commands
 from gridloop.errors import GridloopError
 from gridloop.health import commands as health_commands
 from gridloop.local import commands as local_commands
@@ -25,6 +27,8 @@ def make_parser() -> argparse.ArgumentParser:
     local_commands.register(sub)
     health_commands.register(sub)
     sim_commands.register(sub)
+    bundle_commands.register(sub)
+    chart_commands.register(sub)
     return parser
 
 

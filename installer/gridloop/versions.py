@@ -24,6 +24,14 @@ class Component:
     version: str
     module: str
     debian: str = ""  # a Debian package name, for components unpacked from Debian
+    # a download URL template ({version}, {bare} = version without its leading v),
+    # for components that are neither a Go module nor a Debian package
+    release: str = ""
+
+    @property
+    def release_url(self) -> str:
+        """`release` with the version filled in ("" when there is none)."""
+        return self.release.format(version=self.version, bare=self.version.lstrip("v"))
 
     @property
     def minor(self) -> str:
@@ -61,6 +69,7 @@ def load() -> dict[str, Component]:
             version=spec["version"],
             module=str(spec.get("module", "")),
             debian=str(spec.get("debian", "")),
+            release=str(spec.get("release", "")),
         )
     return out
 

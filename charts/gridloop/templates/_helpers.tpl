@@ -1,0 +1,107 @@
+{{/*
+Names, labels and the secure defaults every gridloop-owned workload shares.
+Every helper is prefixed gridloop.; names are cut to 63 characters (the limit of a
+DNS label and of a label value).
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "gridloop.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "<release>-<chart>", or just the release when it already contains the chart name. */}}
+{{- define "gridloop.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<suffix>", cut to 63 characters. Call with (list $ "suffix"). */}}
+{{- define "gridloop.componentName" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "%s-%s" (include "gridloop.fullname" $ctx) (index . 1) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "name-version" for the helm.sh/chart label. */}}
+{{- define "gridloop.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Selector labels: only app.kubernetes.io/name and app.kubernetes.io/instance, the two
+that never change on upgrade (selectors are immutable). Call with (list $ "component"):
+a workload's name label is "<chart>-<component>" so the chart's Deployments never
+select each other's pods; with (list $ "") it is the chart name.
+*/}}
+{{- define "gridloop.selectorLabels" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+{{- $name := include "gridloop.name" $ctx -}}
+app.kubernetes.io/name: {{ (ternary $name (printf "%s-%s" $name $component) (empty $component)) | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/instance: {{ $ctx.Release.Name | quote }}
+{{- end -}}
+
+{{/* All labels of an object. Call with (list $ "component"), component may be "". */}}
+{{- define "gridloop.labels" -}}
+{{- $ctx := index . 0 -}}
+{{- $component := index . 1 -}}
+helm.sh/chart: {{ include "gridloop.chart" $ctx | quote }}
+{{ include "gridloop.selectorLabels" . }}
+app.kubernetes.io/version: {{ $ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $ctx.Release.Service | quote }}
+app.kubernetes.io/part-of: gridloop
+{{- with $component }}
+app.kubernetes.io/component: {{ . | trunc 63 | trimSuffix "-" | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels of a ServiceMonitor, PodMonitor or PrometheusRule: ours plus monitoring.labels. */}}
+{{- define "gridloop.monitoringLabels" -}}
+{{- $ours := include "gridloop.labels" . | fromYaml -}}
+{{- toYaml (merge $ours ((index . 0).Values.monitoring.labels | default dict)) -}}
+{{- end -}}
+
+{{/* The pod securityContext of every gridloop-owned workload. Call with the uid. */}}
+{{- define "gridloop.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ . }}
+runAsGroup: {{ . }}
+fsGroup: {{ . }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The container securityContext of every gridloop-owned container. */}}
+{{- define "gridloop.containerSecurityContext" -}}
+runAsNonRoot: true
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The namespace of the release. */}}
+{{- define "gridloop.namespace" -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+
+{{/* The RuntimeClasses allowed in sandbox namespaces, as a JSON list: the configured
+ones, plus kata when agentSandbox.kata.enabled. */}}
+{{- define "gridloop.allowedRuntimeClasses" -}}
+{{- $allowed := .Values.agentSandbox.allowedRuntimeClasses | default list -}}
+{{- if and .Values.agentSandbox.kata.enabled (not (has "kata" $allowed)) -}}
+{{- $allowed = append $allowed "kata" -}}
+{{- end -}}
+{{- toJson $allowed -}}
+{{- end -}}

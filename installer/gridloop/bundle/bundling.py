@@ -1,0 +1,152 @@
+"""Assemble a bundle: obtain every upstream component, then write the chart and its images.
+
+Everything is obtained and checked before anything is written, so a failed
+bundle leaves the output folder as it was. The bundle owns `<out>/gridloop/`
+(with `crds/<component>.yaml` and `upstream/<component>/<component>.yaml`),
+`<out>/images.txt` and `<out>/<chart>-<version>.tgz`; nothing else in `<out>`
+is touched.
+
+Where a component comes from, first match wins: `--mirror DIR/<component>/`
+(copied as it is: only the keep annotations are added), the rendering cache,
+then its upstream source. Mirrored manifests are not edited: a mirror is what
+an operator chose to ship.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gridloop import versions
+from gridloop.bundle import caching, charting, fetching, images, manifests
+from gridloop.bundle.adjustments import adjust
+from gridloop.bundle.manifests import Doc, ManifestProblem
+from gridloop.bundle.sources import COMPONENTS, SOURCES, Source
+from gridloop.errors import BuildError, UsageError
+from gridloop.versions import Component
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Request:
+    out: Path
+    chart: Path | None = None  # None: the repo's charts/gridloop, if it is there yet
+    mirror: Path | None = None
+    skip: frozenset[str] = field(default_factory=frozenset)
+    tarball: bool = False
+
+
+@dataclass(frozen=True)
+class Obtained:
+    component: Component
+    files: dict[str, list[Doc]]  # path inside the chart (crds/..., upstream/...) -> documents
+    origin: str  # "mirror", "cached" or "rendered"
+
+
+@dataclass(frozen=True)
+class Result:
+    folder: Path  # <out>/gridloop
+    images_file: Path
+    images: list[str]
+    components: list[Obtained]
+    chart: charting.Chart | None
+    tarball: Path | None
+
+
+def bundle(request: Request, say: Say = lambda _m: None) -> Result:
+    chart = _check(request, say)
+    obtained = []
+    for source in SOURCES:
+        comp = versions.get(source.component)
+        if source.component in request.skip:
+            say(f"  - {fetching.label(comp):<28} skipped (--skip)")
+            continue
+        got = obtain(source, comp, request.mirror)
+        docs = sum(len(d) for d in got.files.values())
+        say(f"  ✓ {fetching.label(got.component):<28} {got.origin} ({docs} objects)")
+        obtained.append(got)
+
+    folder = request.out / "gridloop"
+    request.out.mkdir(parents=True, exist_ok=True)
+    if chart is not None:
+        charting.copy(chart.folder, folder)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    _write_upstream(folder, obtained)
+
+    found = images.in_manifests(d for got in obtained for docs in got.files.values() for d in docs)
+    if chart is not None:
+        found |= images.in_values(chart.values, chart.app_version)
+    images_file = request.out / "images.txt"
+    images_file.write_text(images.listing(found))
+
+    tarball = charting.package(folder, request.out) if request.tarball else None
+    return Result(folder, images_file, sorted(found), obtained, chart, tarball)
+
+
+def _check(request: Request, say: Say) -> charting.Chart | None:
+    """Refuse bad flags before anything is fetched or written; return the chart."""
+    for name in sorted(request.skip):
+        if name not in COMPONENTS:
+            raise UsageError(f"--skip {name}: not an upstream component ({', '.join(COMPONENTS)})")
+    if request.mirror is not None and not request.mirror.is_dir():
+        raise UsageError(f"--mirror {request.mirror}: no such directory")
+    if request.out.exists() and not request.out.is_dir():
+        raise UsageError(f"--out {request.out}: exists and is not a directory")
+    chart: charting.Chart | None = None
+    if request.chart is not None:
+        if not (request.chart / "Chart.yaml").is_file():
+            raise UsageError(f"--chart {request.chart}: no Chart.yaml there")
+        chart = charting.read(request.chart)
+    elif (charting.REPO_CHART / "Chart.yaml").is_file():
+        chart = charting.read(charting.REPO_CHART)
+    else:
+        say(f"note: no chart at {charting.REPO_CHART} yet: bundling the upstream manifests only")
+    if request.tarball and chart is None:
+        raise UsageError(f"--tarball: needs the chart, and {charting.REPO_CHART} is not there yet")
+    if chart is not None:
+        target = (request.out / "gridloop").resolve()
+        source = chart.folder.resolve()
+        if target == source or target in source.parents:
+            raise UsageError(f"--out {request.out}: would overwrite the chart at {chart.folder}")
+    return chart
+
+
+def obtain(source: Source, comp: Component, mirror: Path | None) -> Obtained:
+    """One component's files (see manifests.layout), from the first source that has it."""
+    label = fetching.label(comp)
+    try:
+        if mirror is not None:
+            files = fetching.mirror_files(mirror, comp.name)
+            if files:
+                docs = [d for path in files for d in manifests.parse(_read(path), str(path))]
+                return Obtained(comp, manifests.layout(comp.name, docs), "mirror")
+        origin, text = "cached", caching.read(source, comp)
+        if text is None:
+            origin, text = "rendered", fetching.render(source, comp)
+        docs = manifests.parse(text, f"{comp.name} rendering")
+        if origin == "rendered":
+            caching.write(source, comp, text)  # only once it parsed
+        docs = adjust(source, comp, docs)
+    except ManifestProblem as problem:
+        raise BuildError(f"{label}: {problem}") from problem
+    return Obtained(comp, manifests.layout(comp.name, docs), origin)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"--mirror: cannot read {path}: {err}") from err
+
+
+def _write_upstream(chart: Path, obtained: list[Obtained]) -> None:
+    for got in obtained:
+        for name, docs in got.files.items():
+            path = chart / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(manifests.dump_file(name, docs), encoding="utf-8")

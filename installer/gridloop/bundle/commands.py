@@ -1,0 +1,65 @@
+"""`gridloop bundle`: the command-line shell around bundling.py. Parses, calls, prints."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from gridloop.bundle import bundling
+from gridloop.bundle.sources import COMPONENTS
+
+DEFAULT_OUT = Path("dist")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bundle",
+        help="write the chart with its upstream operators and the list of images it runs",
+        description="Write OUT/gridloop/ (the umbrella chart plus crds/<component>.yaml and "
+        f"upstream/<component>/ for {', '.join(COMPONENTS)}) and OUT/images.txt; with "
+        "--tarball also OUT/gridloop-<version>.tgz. Upstream renderings are cached outside "
+        "the repo.",
+    )
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default: ./{DEFAULT_OUT})"
+    )
+    p.add_argument(
+        "--mirror",
+        type=Path,
+        metavar="DIR",
+        help="take a component's manifests from DIR/<component>/*.yaml (offline), as they are",
+    )
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="COMPONENT",
+        help=f"leave a component out (repeatable): {', '.join(COMPONENTS)}",
+    )
+    p.add_argument("--tarball", action="store_true", help="also `helm package` the bundled chart")
+    p.add_argument(
+        "--chart", type=Path, metavar="DIR", help="the chart to bundle (default: charts/gridloop)"
+    )
+    p.set_defaults(func=cmd_bundle)
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    request = bundling.Request(
+        out=args.out,
+        chart=args.chart,
+        mirror=args.mirror,
+        skip=frozenset(args.skip),
+        tarball=args.tarball,
+    )
+    print(f"bundling into {args.out}", flush=True)
+    result = bundling.bundle(request, say=lambda line: print(line, flush=True))
+    chart = f"chart {result.chart.version}" if result.chart else "no chart"
+    print(f"wrote {result.folder} ({chart}, {len(result.components)} upstream components)")
+    print(f"wrote {result.images_file} ({len(result.images)} images)")
+    if result.tarball is not None:
+        print(f"wrote {result.tarball}")
+    print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
+    return 0

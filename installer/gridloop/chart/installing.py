@@ -1,0 +1,113 @@
+"""Put a rendered chart on a cluster: its CRDs with kubectl, the release with helm.
+
+Helm installs `crds/` only when a release is first installed and never changes a CRD
+after that, so an upgrade that brings a new Kueue would keep the old schema. The
+chart's CRDs are therefore applied here, server-side (KubeRay's are too large for
+the last-applied annotation of a client-side apply) under the field manager
+`gridloop`, on every install and upgrade, and helm runs with `--skip-crds`. Both
+tools are the project-built ones and get the kubeconfig through KUBECONFIG, which
+may name several files. Call this only with values that have rendered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gridloop.chart import messages
+from gridloop.chart.rendering import Request
+from gridloop.errors import ClusterError
+from gridloop.local import building
+
+FIELD_MANAGER = "gridloop"
+TOOL_TIMEOUT = 60 * 60.0  # seconds; helm's own --timeout bounds the waiting part
+CRD_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class Target:
+    kubeconfig: str  # one path, or several joined with ':' as in $KUBECONFIG
+    wait: bool = False
+    timeout: str = "5m"  # a Go duration, as helm and kubectl take it
+
+
+@dataclass(frozen=True)
+class Installed:
+    revision: int
+    status: str
+    notes: str
+
+
+def crd_files(chart: Path) -> list[Path]:
+    folder = chart / "crds"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in CRD_SUFFIXES)
+
+
+def apply_crds(chart: Path, target: Target) -> list[str]:
+    """Apply `<chart>/crds/` server-side and wait until every CRD is Established.
+
+    Returns the CRDs' names (`customresourcedefinition.apiextensions.k8s.io/<name>`).
+    """
+    files = crd_files(chart)
+    if not files:
+        return []
+    kubectl = str(building.binary("kubectl"))
+    cmd = [kubectl, "apply", "--server-side", "--force-conflicts"]
+    cmd += [f"--field-manager={FIELD_MANAGER}", "-o", "name"]
+    for path in files:
+        cmd += ["-f", str(path)]
+    applied = _run(cmd, target, f"applying the CRDs in {chart / 'crds'}").split()
+    wait = [kubectl, "wait", "--for=condition=Established", f"--timeout={target.timeout}"]
+    _run([*wait, *applied], target, "waiting for the CRDs to be Established")
+    return applied
+
+
+def upgrade(request: Request, target: Target) -> Installed:
+    """`helm upgrade --install` the release, CRDs skipped (apply_crds did them)."""
+    helm = str(building.binary("helm"))
+    cmd = [helm, "upgrade", "--install", request.release, str(request.chart)]
+    cmd += ["--namespace", request.namespace, "--create-namespace", "--skip-crds"]
+    cmd += ["--color", "never"]
+    if target.wait:
+        cmd += ["--wait", "--timeout", target.timeout]
+    cmd += request.values_args()
+    what = f"helm upgrade --install {request.release}"
+    return parse_status(_run(cmd, target, what, helm_output=True))
+
+
+def parse_status(output: str) -> Installed:
+    """REVISION, STATUS and NOTES from helm's table output."""
+    revision = re.search(r"^REVISION: (\d+)", output, re.MULTILINE)
+    status = re.search(r"^STATUS: (.+)$", output, re.MULTILINE)
+    _, found, notes = output.partition("\nNOTES:\n")
+    return Installed(
+        revision=int(revision.group(1)) if revision else 0,
+        status=status.group(1).strip() if status else "unknown",
+        notes=notes.strip("\n") if found else "",
+    )
+
+
+def _run(cmd: list[str], target: Target, what: str, helm_output: bool = False) -> str:
+    env = {**os.environ, "KUBECONFIG": target.kubeconfig}
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=TOOL_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired as err:
+        raise ClusterError(f"{what}: no answer in {TOOL_TIMEOUT:.0f}s") from err
+    if proc.returncode != 0:
+        problem = messages.helm_error(proc.stderr) if helm_output else _kubectl_error(proc.stderr)
+        raise ClusterError(f"{what}: {problem}")
+    return proc.stdout
+
+
+def _kubectl_error(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return "kubectl failed without saying why"
+    return lines[-1].removeprefix("error: ")

@@ -1,0 +1,87 @@
+"""Where the chart, its profiles, values files and the cluster's kubeconfig are.
+
+Every answer comes from a flag, the environment or a default that is documented in
+the command's help, and every missing thing is a one-line UsageError naming the flag.
+Nothing here runs a tool or opens a connection.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gridloop.bundle import charting, commands
+from gridloop.documents import DocumentProblem, read_document
+from gridloop.errors import UsageError
+from gridloop.local import paths
+
+# what `gridloop bundle` writes with its default --out, relative to where it ran
+DEFAULT_BUNDLE = commands.DEFAULT_OUT / "gridloop"
+PROFILES = "profiles"
+
+
+def chart_folder(flag: Path | None) -> Path:
+    """`--chart`, else ./dist/gridloop when a bundle is there, else the repo's chart."""
+    if flag is not None:
+        if not (flag / "Chart.yaml").is_file():
+            raise UsageError(f"--chart {flag}: no Chart.yaml there")
+        return flag
+    if (DEFAULT_BUNDLE / "Chart.yaml").is_file():
+        return DEFAULT_BUNDLE
+    if (charting.REPO_CHART / "Chart.yaml").is_file():
+        return charting.REPO_CHART
+    raise UsageError(
+        f"no chart: run `gridloop bundle` (writes {DEFAULT_BUNDLE}) or pass --chart DIR"
+    )
+
+
+def known_profiles(chart: Path) -> list[str]:
+    return sorted(p.stem for p in (chart / PROFILES).glob("*.yaml") if p.is_file())
+
+
+def profile_file(chart: Path, name: str | None) -> Path | None:
+    """`<chart>/profiles/<name>.yaml`, or a UsageError listing the profiles there are."""
+    if name is None:
+        return None
+    known = known_profiles(chart)
+    if name not in known:
+        listed = ", ".join(known) or "none"
+        raise UsageError(f"--profile {name}: no such profile in {chart} (known: {listed})")
+    return chart / PROFILES / f"{name}.yaml"
+
+
+def values_file(path: Path, flag: str = "-f") -> dict[str, object]:
+    """A values file as a mapping (empty file: no values); read errors name the flag."""
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file")
+    try:
+        data = read_document(path, "the file")
+    except DocumentProblem as err:
+        raise UsageError(f"{flag} {path}: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{flag} {path}: must be a mapping of values, not {type(data).__name__}")
+    return data
+
+
+def kubeconfig(flag: Path | None) -> str:
+    """`--kubeconfig`, else $KUBECONFIG (it may list several files), else the local
+    cluster's if it has been started, else ~/.kube/config."""
+    if flag is not None:
+        if not flag.is_file():
+            raise UsageError(f"--kubeconfig {flag}: no such file")
+        return str(flag)
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return env
+    local = paths.state_root() / "kubeconfig"
+    if local.is_file():
+        return str(local)
+    home = Path.home() / ".kube" / "config"
+    if home.is_file():
+        return str(home)
+    raise UsageError(
+        "no kubeconfig: pass --kubeconfig, set KUBECONFIG, or start the local cluster "
+        "(`gridloop local up`)"
+    )

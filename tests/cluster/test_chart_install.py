@@ -1,0 +1,435 @@
+"""`gridloop install` on the local cluster: the bundled chart, installed, upgraded,
+rolled back and uninstalled as a user would, and the state of the world after each.
+
+The bundle is built into a temporary folder without the three components that cannot be
+downloaded everywhere (KAITO, agent-sandbox, DCGM exporter); the local profile leaves
+their controllers off. One release is installed for the whole module (in its own
+namespace, under its own name) with the cluster's fleet as values; the last test
+upgrades, rolls back and uninstalls it, and the module's teardown removes whatever a
+failed test left behind. CRDs are left in place: keeping them is what is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.bundle import bundling
+from gridloop.local import building, cluster
+
+pytestmark = pytest.mark.cluster
+
+RELEASE = "gridloop-itest"
+NAMESPACE = "gridloop-itest"
+TEAM = "default"  # values.yaml's one team: ClusterQueue "default" in namespace team-default
+TEAM_NAMESPACE = "team-default"
+SKIPPED = frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+KUEUE_CRDS = {
+    "clusterqueues.kueue.x-k8s.io",
+    "localqueues.kueue.x-k8s.io",
+    "resourceflavors.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+}
+KUBERAY_CRDS = {"rayclusters.ray.io", "rayjobs.ray.io"}
+GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
+SANDBOX_MESSAGE = "pods in sandbox namespaces must set spec.runtimeClassName to one of gvisor"
+QUEUE_MESSAGE = (
+    "GPU jobs in team namespaces must name a Kueue LocalQueue: set label kueue.x-k8s.io/queue-name"
+)
+
+
+@dataclass(frozen=True)
+class Installed:
+    chart: Path
+    fleet: dict[str, Any]
+    work: Path
+    env: dict[str, str]  # KUBECONFIG and a private helm home
+    install_output: str
+
+    @property
+    def revision(self) -> int:
+        """The revision the module's install made (1 unless a release was left behind)."""
+        found = re.search(r"revision (\d+) deployed", self.install_output)
+        assert found, self.install_output
+        return int(found.group(1))
+
+    def gridloop(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [GRIDLOOP, *args], capture_output=True, text=True, env=self.env, timeout=300
+        )
+
+    def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(building.binary("helm")), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+        )
+
+    def install(self, fleet: dict[str, Any], name: str) -> subprocess.CompletedProcess[str]:
+        values = self.work / name
+        values.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
+        return self.gridloop(
+            "install", "--chart", str(self.chart), "--profile", "local", "-f", str(values),
+            "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", "2m",
+            "--kubeconfig", self.env["KUBECONFIG"],
+        )  # fmt: skip
+
+
+def _cluster_fleet(local_cluster) -> dict[str, Any]:
+    """The fleet the cluster runs: its state's copy, else the default fleet it starts with."""
+    recorded = local_cluster.state.dir / "fleet.yaml"
+    path = recorded if recorded.is_file() else cluster.default_fleet_file()
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def installed(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    work = tmp_path_factory.mktemp("chart-install")
+    bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=SKIPPED))
+    env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
+    for key in ("CACHE", "CONFIG", "DATA"):
+        env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
+    setup = Installed(bundle.folder, _cluster_fleet(local_cluster), work, env, "")
+    try:
+        result = setup.install(setup.fleet, "fleet-values.yaml")
+        assert result.returncode == 0, result.stdout + result.stderr
+        yield Installed(setup.chart, setup.fleet, work, env, result.stdout)
+    finally:
+        setup.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
+        core = local_cluster.core
+        for namespace in (NAMESPACE, TEAM_NAMESPACE):
+            _ignore_missing(core.delete_namespace, namespace, propagation_policy="Background")
+
+
+def _ignore_missing(call, *args, **kwargs) -> None:
+    try:
+        call(*args, **kwargs)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def _release_workloads(installed: Installed) -> list[dict[str, Any]]:
+    manifest = installed.helm("get", "manifest", RELEASE, "--namespace", NAMESPACE)
+    assert manifest.returncode == 0, manifest.stderr
+    docs = [d for d in yaml.safe_load_all(manifest.stdout) if d]
+    return [d for d in docs if d["kind"] in ("Deployment", "DaemonSet")]
+
+
+def _ready(apps: client.AppsV1Api, kind: str, name: str, namespace: str) -> bool:
+    if kind == "Deployment":
+        d = apps.read_namespaced_deployment_status(name, namespace)
+        wanted = 1 if d.spec.replicas is None else d.spec.replicas
+        return (d.status.ready_replicas or 0) >= wanted
+    ds = apps.read_namespaced_daemon_set_status(name, namespace)
+    return ds.status.number_ready == ds.status.desired_number_scheduled
+
+
+def _cluster_queue(local_cluster, name: str = TEAM) -> dict[str, Any]:
+    custom = client.CustomObjectsApi(local_cluster.api)
+    return custom.get_cluster_custom_object(*KUEUE, "clusterqueues", name)
+
+
+def _gpu_quotas(queue: dict[str, Any]) -> dict[str, str]:
+    """flavor -> the queue's nvidia.com/gpu nominalQuota in it."""
+    quotas = {}
+    for group in queue["spec"].get("resourceGroups", []):
+        for flavor in group["flavors"]:
+            for resource in flavor["resources"]:
+                if resource["name"] == "nvidia.com/gpu":
+                    quotas[flavor["name"]] = str(resource["nominalQuota"])
+    return quotas
+
+
+def _pool_gpus(fleet: dict[str, Any]) -> dict[str, str]:
+    return {
+        f"{site['name']}-{pool['name']}": str(pool["nodes"] * pool["gpusPerNode"])
+        for site in fleet["sites"]
+        for pool in site["pools"]
+    }
+
+
+# --- the installed release ---
+
+
+def test_install_reports_each_step_and_ends_with_the_notes(installed: Installed) -> None:
+    out = installed.install_output
+    assert "✓ values" in out and "release record ≈" in out
+    assert "✓ CRDs" in out and "applied server-side" in out
+    assert f"✓ release {RELEASE}" in out and "deployed" in out
+    assert "\nNOTES:\n" in out and f"is installed as release {RELEASE}" in out
+
+
+def test_every_workload_of_the_release_and_upstream_becomes_ready(
+    installed: Installed, local_cluster, eventually
+) -> None:
+    apps = client.AppsV1Api(local_cluster.api)
+    released = _release_workloads(installed)
+    names = {d["metadata"]["name"] for d in released}
+    assert {f"{RELEASE}-health", "kuberay-operator"} <= names
+    namespaces = {NAMESPACE} | {d["metadata"].get("namespace", NAMESPACE) for d in released}
+
+    workloads = [
+        (kind, item.metadata.name, namespace)
+        for namespace in sorted(namespaces)
+        for kind, items in (
+            ("Deployment", apps.list_namespaced_deployment(namespace).items),
+            ("DaemonSet", apps.list_namespaced_daemon_set(namespace).items),
+        )
+        for item in items
+    ]
+
+    assert workloads
+    for kind, name, namespace in workloads:
+        eventually(
+            lambda k=kind, n=name, ns=namespace: _ready(apps, k, n, ns),
+            f"{kind} {namespace}/{name} to be ready",
+            60,
+        )
+
+
+def test_kueue_crds_are_installed_and_kept(installed: Installed, local_cluster) -> None:
+    ext = client.ApiextensionsV1Api(local_cluster.api)
+    present = {crd.metadata.name: crd for crd in ext.list_custom_resource_definition().items}
+
+    assert set(present) >= KUEUE_CRDS | KUBERAY_CRDS
+    for name in KUEUE_CRDS | KUBERAY_CRDS:
+        crd = present[name]
+        assert crd.metadata.annotations["helm.sh/resource-policy"] == "keep"
+        managers = {m.manager for m in crd.metadata.managed_fields}
+        assert "gridloop" in managers, f"{name} is applied server-side by gridloop install"
+
+
+def test_the_fleet_becomes_one_flavor_per_pool_and_the_team_gets_every_gpu(
+    installed: Installed, local_cluster
+) -> None:
+    custom = client.CustomObjectsApi(local_cluster.api)
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    flavors = custom.list_cluster_custom_object(*KUEUE, "resourceflavors", label_selector=selector)
+    pools = _pool_gpus(installed.fleet)
+
+    assert {f["metadata"]["name"] for f in flavors["items"]} == set(pools)
+    assert _gpu_quotas(_cluster_queue(local_cluster)) == pools
+
+
+def test_a_raycluster_is_accepted_server_side(installed: Installed, local_cluster, namespace):
+    custom = client.CustomObjectsApi(local_cluster.api)
+    raycluster = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "minimal"},
+        "spec": {
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {
+                    "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.46.0"}]}
+                },
+            }
+        },
+    }
+
+    created = custom.create_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", raycluster
+    )
+
+    assert created["metadata"]["uid"]
+    read = custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", "minimal")
+    assert read["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["name"] == "ray-head"
+
+
+def _pod(name: str, runtime_class: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "agent", "image": "python:3.12-slim"}]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _gpu_job(name: str, queue: str | None) -> dict[str, Any]:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    container = {
+        "name": "train",
+        "image": "busybox",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "suspend": True,  # Kueue would start it; nothing needs to run here
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
+    }
+
+
+def _refusal(create, what: str, eventually) -> ApiException:
+    """Poll until `create()` is refused (a new ValidatingAdmissionPolicy takes a moment
+    to be loaded); whatever it created meanwhile is deleted by `create` itself."""
+    refused: list[ApiException] = []
+
+    def check() -> bool:
+        try:
+            create()
+        except ApiException as err:
+            if err.status != 403:  # a ValidatingAdmissionPolicy denial is Forbidden
+                raise
+            refused.append(err)
+            return True
+        return False
+
+    eventually(check, what, 30)
+    return refused[-1]
+
+
+@pytest.fixture
+def gvisor(local_cluster) -> Iterator[None]:
+    """The RuntimeClass `gvisor` (the local profile renders no sandbox objects): pods that
+    name a RuntimeClass that does not exist are refused before the policy looks."""
+    node = client.NodeV1Api(local_cluster.api)
+    try:
+        node.read_runtime_class("gvisor")
+        exists = True
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        exists = False
+    if exists:
+        yield
+        return
+    node.create_runtime_class({"metadata": {"name": "gvisor"}, "handler": "runsc"})
+    try:
+        yield
+    finally:
+        _ignore_missing(node.delete_runtime_class, "gvisor")
+
+
+def test_sandbox_namespaces_only_admit_gvisor_pods(
+    installed: Installed, local_cluster, namespace, gvisor, eventually
+) -> None:
+    core = local_cluster.core
+    core.patch_namespace(namespace, {"metadata": {"labels": {"gridloop.io/sandbox": "true"}}})
+
+    def create_plain() -> None:
+        name = f"plain-{uuid.uuid4().hex[:5]}"  # an earlier try may still be terminating
+        core.create_namespaced_pod(namespace, _pod(name, None))
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+    refused = _refusal(
+        create_plain, "the sandbox policy to refuse a pod without gVisor", eventually
+    )
+
+    assert SANDBOX_MESSAGE in refused.body
+    created = core.create_namespaced_pod(namespace, _pod("sandboxed", "gvisor"))
+    assert created.spec.runtime_class_name == "gvisor"
+    core.delete_namespaced_pod("sandboxed", namespace, grace_period_seconds=0)
+
+
+def test_team_namespaces_only_admit_queued_gpu_jobs(
+    installed: Installed, local_cluster, eventually
+) -> None:
+    batch = client.BatchV1Api(local_cluster.api)
+
+    def create_unqueued() -> None:
+        name = f"unqueued-{uuid.uuid4().hex[:5]}"
+        batch.create_namespaced_job(TEAM_NAMESPACE, _gpu_job(name, None))
+        batch.delete_namespaced_job(name, TEAM_NAMESPACE, propagation_policy="Background")
+
+    refused = _refusal(
+        create_unqueued, "the queue policy to refuse a queue-less GPU job", eventually
+    )
+
+    assert QUEUE_MESSAGE in refused.body
+    created = batch.create_namespaced_job(TEAM_NAMESPACE, _gpu_job("queued", "default"))
+    try:
+        assert created.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+    finally:
+        batch.delete_namespaced_job("queued", TEAM_NAMESPACE, propagation_policy="Background")
+
+
+# --- upgrade, rollback, uninstall (last: it ends the release) ---
+
+
+def test_upgrade_rollback_and_uninstall_keep_crds_and_user_objects(
+    installed: Installed, local_cluster, eventually
+) -> None:
+    before = _cluster_queue(local_cluster)
+    grown = yaml.safe_load(yaml.safe_dump(installed.fleet))
+    site, pool = grown["sites"][0], grown["sites"][0]["pools"][0]
+    pool["nodes"] += 1
+    flavor = f"{site['name']}-{pool['name']}"
+    old_quota = _gpu_quotas(before)[flavor]
+
+    upgraded = installed.install(grown, "grown-fleet-values.yaml")
+
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    assert f"revision {installed.revision + 1} deployed" in upgraded.stdout
+    after = _cluster_queue(local_cluster)
+    assert after["metadata"]["uid"] == before["metadata"]["uid"], "updated in place"
+    assert _gpu_quotas(after)[flavor] == str(pool["nodes"] * pool["gpusPerNode"])
+    assert _gpu_quotas(after)[flavor] != old_quota
+
+    first = str(installed.revision)
+    rolled = installed.helm("rollback", RELEASE, first, "--namespace", NAMESPACE, "--wait")
+
+    assert rolled.returncode == 0, rolled.stderr
+    restored = _cluster_queue(local_cluster)
+    assert restored["metadata"]["uid"] == before["metadata"]["uid"]
+    assert _gpu_quotas(restored) == _gpu_quotas(before)
+
+    custom = client.CustomObjectsApi(local_cluster.api)
+    mine = f"user-queue-{uuid.uuid4().hex[:5]}"
+    user_queue = {
+        "apiVersion": "/".join(KUEUE),
+        "kind": "ClusterQueue",
+        "metadata": {"name": mine},
+        "spec": {"namespaceSelector": {}},
+    }
+    custom.create_cluster_custom_object(*KUEUE, "clusterqueues", user_queue)
+    try:
+        removed = installed.helm(
+            "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m"
+        )
+
+        assert removed.returncode == 0, removed.stderr
+        apps = client.AppsV1Api(local_cluster.api)
+        for deployment in _deployments_gone(apps):
+            eventually(deployment, "the release's Deployments to be deleted", 60)
+        ext = client.ApiextensionsV1Api(local_cluster.api)
+        left = {crd.metadata.name for crd in ext.list_custom_resource_definition().items}
+        assert left >= KUEUE_CRDS | KUBERAY_CRDS, "uninstall keeps the CRDs"
+        assert _cluster_queue(local_cluster, mine)["metadata"]["name"] == mine
+        with pytest.raises(ApiException) as gone:
+            _cluster_queue(local_cluster, TEAM)
+        assert gone.value.status == 404, "the release's own ClusterQueue goes with it"
+    finally:
+        _ignore_missing(custom.delete_cluster_custom_object, *KUEUE, "clusterqueues", mine)
+
+
+def _deployments_gone(apps: client.AppsV1Api):
+    def gone(name: str, namespace: str):
+        def check() -> bool:
+            try:
+                apps.read_namespaced_deployment(name, namespace)
+            except ApiException as err:
+                return err.status == 404
+            return False
+
+        return check
+
+    return [gone(f"{RELEASE}-health", NAMESPACE), gone("kuberay-operator", "default")]

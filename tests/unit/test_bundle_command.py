@@ -1,0 +1,317 @@
+"""`gridloop bundle` offline: mirrors, --skip, the cache, the chart copy and one-line errors.
+
+No network and no upstream tool runs here: every component comes from a
+mirror folder or a prepared cache entry (see test_bundle_upstream.py for the
+real Kueue and KubeRay renderings).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gridloop import versions
+from gridloop.bundle import bundling, caching, charting
+from gridloop.bundle.sources import COMPONENTS, source_for
+from gridloop.errors import BuildError, UsageError
+
+KEEP = {"helm.sh/resource-policy": "keep"}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A private cache, the repo's versions file, and no chart unless a test makes one."""
+    monkeypatch.setenv("GRIDLOOP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GRIDLOOP_VERSIONS_FILE", raising=False)
+    monkeypatch.setattr(charting, "REPO_CHART", tmp_path / "no-chart-here")
+    versions.load.cache_clear()
+    yield
+    versions.load.cache_clear()
+
+
+def _objects(component: str) -> list[dict[str, object]]:
+    namespace = f"{component}-system"
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"things.{component}.example", "annotations": {"a": "b"}},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": f"{component}-operator", "namespace": namespace},
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "op", "image": f"mirror/{component}:1"}]}
+                }
+            },
+        },
+    ]
+
+
+def _mirror(root: Path, components: tuple[str, ...] = COMPONENTS) -> Path:
+    for component in components:
+        folder = root / component
+        folder.mkdir(parents=True)
+        crd_first, *rest = _objects(component)[1:2] + _objects(component)[::2]
+        (folder / "a-crds.yaml").write_text(yaml.safe_dump(crd_first))
+        (folder / "b-rest.yml").write_text(yaml.safe_dump_all(rest))
+        (folder / "README.md").write_text("not a manifest")
+    return root
+
+
+def _chart(root: Path) -> Path:
+    (root / "policies").mkdir(parents=True)
+    (root / "policies" / "health.yaml").write_text("xid: {}\n")
+    chart = root / "chart"
+    (chart / "files").mkdir(parents=True)
+    (chart / "templates").mkdir()
+    (chart / "upstream" / "stale").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: gridloop\nversion: 0.3.0\nappVersion: 0.1.0\n"
+    )
+    (chart / "values.yaml").write_text(
+        "health:\n  image:\n    repository: ghcr.io/gridloop/health\n    tag: ''\n"
+    )
+    (chart / "templates" / "upstream.yaml").write_text(
+        '{{ .Files.Glob "upstream/kueue/*.yaml" }}\n'
+    )
+    (chart / "files" / "health.yaml").symlink_to(root / "policies" / "health.yaml")
+    return chart
+
+
+def test_a_mirrored_bundle_has_the_chart_every_component_and_its_images(tmp_path: Path) -> None:
+    out = tmp_path / "dist"
+
+    result = bundling.bundle(
+        bundling.Request(out=out, chart=_chart(tmp_path), mirror=_mirror(tmp_path / "mirror"))
+    )
+
+    bundle = out / "gridloop"
+    assert result.folder == bundle
+    assert (bundle / "templates" / "upstream.yaml").is_file()
+    health = bundle / "files" / "health.yaml"
+    assert not health.is_symlink() and health.read_text() == "xid: {}\n"
+    assert not (bundle / "upstream" / "stale").exists()
+    assert sorted(p.name for p in (bundle / "crds").iterdir()) == sorted(
+        f"{c}.yaml" for c in COMPONENTS
+    )
+    for component in COMPONENTS:
+        folder = bundle / "upstream" / component
+        assert sorted(p.name for p in folder.iterdir()) == [f"{component}.yaml"]
+        (crd,) = yaml.safe_load_all((bundle / "crds" / f"{component}.yaml").read_text())
+        assert crd["metadata"]["annotations"] == {"a": "b", **KEEP}
+        namespace, deployment = yaml.safe_load_all((folder / f"{component}.yaml").read_text())
+        assert namespace["metadata"]["annotations"] == KEEP
+        assert deployment == _objects(component)[2], "mirrored objects are copied as they are"
+    assert (out / "images.txt").read_text().splitlines() == [
+        "ghcr.io/gridloop/health:0.1.0",
+        *sorted(f"mirror/{c}:1" for c in COMPONENTS),
+    ]
+    assert [got.origin for got in result.components] == ["mirror"] * len(COMPONENTS)
+
+
+def test_skipped_components_are_left_out_of_the_bundle_and_its_images(tmp_path: Path) -> None:
+    out = tmp_path / "dist"
+    mirror = _mirror(tmp_path / "mirror", ("kueue", "kuberay"))
+    (out / "gridloop" / "upstream" / "kaito").mkdir(parents=True)  # from an earlier bundle
+    (out / "notes.txt").parent.mkdir(exist_ok=True)
+    (out / "notes.txt").write_text("mine")
+
+    bundling.bundle(
+        bundling.Request(
+            out=out, mirror=mirror, skip=frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
+        )
+    )
+
+    upstream = out / "gridloop" / "upstream"
+    assert sorted(p.name for p in upstream.iterdir()) == ["kuberay", "kueue"]
+    assert (out / "images.txt").read_text() == "mirror/kuberay:1\nmirror/kueue:1\n"
+    assert (out / "notes.txt").read_text() == "mine", "only the bundle's own files are replaced"
+
+
+def test_a_cached_rendering_is_used_without_fetching_and_then_adjusted(tmp_path: Path) -> None:
+    kueue = versions.get("kueue")
+    rendered = _objects("kueue")
+    rendered[2]["metadata"] = {"name": "kueue-controller-manager", "namespace": "kueue-system"}
+    rendered[2]["spec"]["template"]["spec"]["containers"][0]["name"] = "manager"
+    rendered.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kueue-manager-config"},
+            "data": {"controller_manager_config.yaml": "kind: Configuration\n"},
+        }
+    )
+    caching.write(source_for("kueue"), kueue, yaml.safe_dump_all(rendered))
+    out = tmp_path / "dist"
+
+    result = bundling.bundle(bundling.Request(out=out, skip=frozenset(COMPONENTS) - {"kueue"}))
+
+    assert [got.origin for got in result.components] == ["cached"]
+    assert result.images == [f"registry.k8s.io/kueue/kueue:{kueue.version}"]
+    config = yaml.safe_load_all(
+        (out / "gridloop" / "upstream" / "kueue" / "kueue.yaml").read_text()
+    )
+    frameworks = yaml.safe_load(list(config)[-1]["data"]["controller_manager_config.yaml"])
+    assert frameworks["integrations"]["frameworks"] == [
+        "batch/job",
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+    ]
+
+
+def test_without_a_chart_yet_only_the_upstream_manifests_are_bundled(tmp_path: Path) -> None:
+    said: list[str] = []
+    request = bundling.Request(
+        out=tmp_path / "dist",
+        mirror=_mirror(tmp_path / "mirror", ("kueue",)),
+        skip=frozenset(COMPONENTS) - {"kueue"},
+    )
+
+    result = bundling.bundle(request, say=said.append)
+
+    assert result.chart is None
+    assert (tmp_path / "dist" / "gridloop" / "crds" / "kueue.yaml").is_file()
+    assert (tmp_path / "dist" / "gridloop" / "upstream" / "kueue" / "kueue.yaml").is_file()
+    assert any("no chart at" in line for line in said)
+    with pytest.raises(UsageError, match="--tarball: needs the chart"):
+        bundling.bundle(
+            bundling.Request(
+                out=request.out, mirror=request.mirror, skip=request.skip, tarball=True
+            )
+        )
+
+
+def test_a_bad_mirror_file_names_the_component_and_the_file(tmp_path: Path) -> None:
+    mirror = _mirror(tmp_path / "mirror", ("kuberay",))
+    (mirror / "kuberay" / "c-broken.yaml").write_text("kind: [unclosed\n")
+
+    with pytest.raises(BuildError) as caught:
+        bundling.bundle(
+            bundling.Request(
+                out=tmp_path / "dist", mirror=mirror, skip=frozenset(COMPONENTS) - {"kuberay"}
+            )
+        )
+
+    assert str(caught.value).startswith("kuberay v1.5.0: ")
+    assert "c-broken.yaml" in str(caught.value) and "invalid YAML" in str(caught.value)
+    assert not (tmp_path / "dist").exists(), "nothing is written when a component fails"
+
+
+def test_bundling_a_bundle_drops_its_upstream_crds_but_keeps_the_charts_own(
+    tmp_path: Path,
+) -> None:
+    chart = _chart(tmp_path)
+    (chart / "crds").mkdir()
+    (chart / "crds" / "kaito.yaml").write_text("stale: from an earlier bundle\n")
+    (chart / "crds" / "gridloop.yaml").write_text("own: true\n")
+    mirror = _mirror(tmp_path / "mirror", ("kueue",))
+
+    bundling.bundle(
+        bundling.Request(
+            out=tmp_path / "dist",
+            chart=chart,
+            mirror=mirror,
+            skip=frozenset(COMPONENTS) - {"kueue"},
+        )
+    )
+
+    crds = tmp_path / "dist" / "gridloop" / "crds"
+    assert sorted(p.name for p in crds.iterdir()) == ["gridloop.yaml", "kueue.yaml"]
+
+
+def test_out_may_not_overwrite_the_chart_it_copies(tmp_path: Path) -> None:
+    chart = _chart(tmp_path)
+    (tmp_path / "gridloop").symlink_to(chart)
+
+    with pytest.raises(UsageError, match="would overwrite the chart"):
+        bundling.bundle(bundling.Request(out=tmp_path, chart=tmp_path / "gridloop"))
+
+
+# The command line: one line, exit 2 for bad flags, exit 1 for a component it cannot get.
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return dict(os.environ, GRIDLOOP_CACHE=str(tmp_path / "cache"), **extra)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--skip", "volcano"], "--skip volcano: not an upstream component (kueue, kuberay,"),
+        (["--mirror", "no/such/dir"], "--mirror no/such/dir: no such directory"),
+        (["--chart", "no/such/chart"], "--chart no/such/chart: no Chart.yaml there"),
+    ],
+    ids=["unknown-component", "missing-mirror", "missing-chart"],
+)
+def test_bad_flags_are_one_line_and_exit_2(tmp_path: Path, gridloop, flags, expected) -> None:
+    result = gridloop("bundle", "--out", str(tmp_path / "dist"), *flags, env=_env(tmp_path))
+
+    assert result.returncode == 2
+    assert expected in _one_error_line(result.stderr)
+    assert not (tmp_path / "dist").exists()
+
+
+def test_out_being_a_file_is_refused(tmp_path: Path, gridloop) -> None:
+    (tmp_path / "dist").write_text("a file")
+
+    result = gridloop("bundle", "--out", str(tmp_path / "dist"), env=_env(tmp_path))
+
+    assert result.returncode == 2
+    assert "--out" in _one_error_line(result.stderr)
+
+
+def test_an_unreachable_release_names_the_component_and_the_ways_around_it(
+    tmp_path: Path, gridloop
+) -> None:
+    pinned = tmp_path / "versions.yaml"
+    text = (Path(__file__).parents[2] / "versions.yaml").read_text()
+    pinned.write_text(
+        text.replace("https://github.com/kubernetes-sigs/agent-sandbox", "http://127.0.0.1:9")
+    )
+    env = _env(tmp_path, GRIDLOOP_VERSIONS_FILE=str(pinned))
+    skip = [flag for c in ("kueue", "kuberay", "kaito", "dcgm-exporter") for flag in ("--skip", c)]
+
+    result = gridloop("bundle", "--out", str(tmp_path / "dist"), *skip, env=env)
+
+    assert result.returncode == 1
+    line = _one_error_line(result.stderr)
+    assert line.startswith("error: agent-sandbox v1.0.1: cannot download http://127.0.0.1:9/")
+    assert "--mirror DIR" in line and "--skip agent-sandbox" in line
+    assert not (tmp_path / "dist").exists()
+
+
+def test_the_command_reports_each_component_and_what_it_wrote(tmp_path: Path, gridloop) -> None:
+    mirror = _mirror(tmp_path / "mirror")
+    chart = _chart(tmp_path)
+    out = tmp_path / "dist"
+
+    result = gridloop(
+        "bundle",
+        "--out",
+        str(out),
+        "--mirror",
+        str(mirror),
+        "--chart",
+        str(chart),
+        env=_env(tmp_path),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "  ✓ kueue v0.17.1" in result.stdout and "mirror (3 objects)" in result.stdout
+    assert f"wrote {out / 'gridloop'} (chart 0.3.0, 5 upstream components)" in result.stdout
+    assert f"wrote {out / 'images.txt'} (6 images)" in result.stdout

@@ -1,0 +1,128 @@
+"""The real Kueue and KubeRay renderings: their Go modules, kustomized by the built kubectl.
+
+Needs the Go module proxy (or Go's module cache) and the kubectl that
+`gridloop local build` makes; without that kubectl these tests fail, and say
+how to build it. The rendering cache is a temporary folder, so each run
+renders for real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gridloop import versions
+from gridloop.bundle import bundling, caching, charting
+from gridloop.bundle.sources import COMPONENTS
+from gridloop.errors import BuildError
+from gridloop.local import building
+from gridloop.versions import Component
+
+KEEP = "helm.sh/resource-policy"
+KUEUE_CRDS = {
+    "clusterqueues.kueue.x-k8s.io",
+    "localqueues.kueue.x-k8s.io",
+    "resourceflavors.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+}
+KUBERAY_CRDS = {"rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"}
+# the CRDs are megabytes: libyaml reads them in a fraction of the pure-Python time
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bundling.Result]:
+    versions.load.cache_clear()
+    try:
+        building.binary("kubectl")
+    except BuildError as err:
+        pytest.fail(f"rendering Kueue and KubeRay needs the built kubectl: {err}")
+    tmp = tmp_path_factory.mktemp("bundle")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(caching, "folder", lambda comp: tmp / "cache" / f"{comp.name}-{comp.version}")
+        patch.setattr(charting, "REPO_CHART", tmp / "no-chart")
+        skip = frozenset(COMPONENTS) - {"kueue", "kuberay"}
+        first = bundling.bundle(bundling.Request(out=tmp / "dist", skip=skip))
+        again = bundling.bundle(bundling.Request(out=tmp / "again", skip=skip))
+        assert [got.origin for got in first.components] == ["rendered", "rendered"]
+        assert [got.origin for got in again.components] == ["cached", "cached"]
+        yield first
+
+
+def _docs(result: bundling.Result, path: str) -> list[dict[str, object]]:
+    text = (result.folder / path).read_text()
+    return [d for d in yaml.load_all(text, Loader=LOADER) if d]
+
+
+def _named(docs: list[dict[str, object]], kind: str, name: str) -> dict:
+    for doc in docs:
+        if doc["kind"] == kind and doc["metadata"]["name"] == name:
+            return doc
+    raise AssertionError(f"no {kind} {name} among {len(docs)} objects")
+
+
+def test_kueue_and_kuberay_crds_are_bundled_and_all_kept(bundled: bundling.Result) -> None:
+    kueue = _docs(bundled, "crds/kueue.yaml")
+    kuberay = _docs(bundled, "crds/kuberay.yaml")
+
+    assert {d["metadata"]["name"] for d in kueue} >= KUEUE_CRDS
+    assert {d["metadata"]["name"] for d in kuberay} >= KUBERAY_CRDS
+    for crd in kueue + kuberay:
+        assert crd["kind"] == "CustomResourceDefinition"
+        assert crd["metadata"]["annotations"][KEEP] == "keep"
+
+
+def test_no_crd_hides_outside_the_crd_files(bundled: bundling.Result) -> None:
+    for component in ("kueue", "kuberay"):
+        rest = _docs(bundled, f"upstream/{component}/{component}.yaml")
+        assert rest and all(d["kind"] != "CustomResourceDefinition" for d in rest)
+
+
+def test_kueue_runs_the_released_image_in_its_own_namespace(bundled: bundling.Result) -> None:
+    kueue: Component = versions.get("kueue")
+    rest = _docs(bundled, "upstream/kueue/kueue.yaml")
+
+    deployment = _named(rest, "Deployment", "kueue-controller-manager")
+    namespace = _named(rest, "Namespace", "kueue-system")
+
+    images = [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert f"registry.k8s.io/kueue/kueue:{kueue.version}" in images
+    assert deployment["metadata"]["namespace"] == "kueue-system"
+    assert namespace["metadata"]["annotations"][KEEP] == "keep"
+
+
+def test_kueue_manages_jobs_and_ray(bundled: bundling.Result) -> None:
+    config_map = _named(
+        _docs(bundled, "upstream/kueue/kueue.yaml"), "ConfigMap", "kueue-manager-config"
+    )
+
+    config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+
+    assert {"batch/job", "ray.io/rayjob", "ray.io/raycluster"} <= set(
+        config["integrations"]["frameworks"]
+    )
+
+
+def test_kuberay_runs_the_released_image_without_a_batch_scheduler_flag(
+    bundled: bundling.Result,
+) -> None:
+    deployment = _named(
+        _docs(bundled, "upstream/kuberay/kuberay.yaml"), "Deployment", "kuberay-operator"
+    )
+
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+
+    assert container["image"] == f"quay.io/kuberay/operator:{versions.get('kuberay').version}"
+    assert not any("batch-scheduler" in arg for arg in container.get("args", []))
+
+
+def test_images_txt_lists_both_operators(bundled: bundling.Result) -> None:
+    listed = Path(bundled.images_file).read_text().splitlines()
+
+    assert listed == sorted(listed)
+    assert "registry.k8s.io/kueue/kueue:v0.17.1" in listed
+    assert "quay.io/kuberay/operator:v1.5.0" in listed

@@ -1,0 +1,797 @@
+"""The gridloop chart, rendered by the real helm binary.
+
+`helm template` and `helm lint` run on charts/gridloop as it is in git, with
+profiles/minimal.yaml (no upstream manifests: those come from `gridloop bundle`) plus
+what each test enables. Rendered YAML is parsed and the resulting objects are
+asserted on, never the template text. Helm is the one `gridloop local build` made;
+if it is not built, these tests fail and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gridloop.errors import BuildError
+from gridloop.fleet.catalog import GPU_MODELS
+from gridloop.fleet.schema import load_fleet
+from gridloop.local.building import binary
+from gridloop.sim.metrics import METRICS
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "gridloop"
+PROFILES = CHART / "profiles"
+MINIMAL = PROFILES / "minimal.yaml"
+EVERYTHING = Path(__file__).parent / "chart_values" / "everything.yaml"
+DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
+POLICY = REPO / "policies" / "health.yaml"
+NAMESPACE = "gridloop-system"
+UPSTREAM_OFF = (
+    "kueue.enabled=false,kuberay.enabled=false,kaito.enabled=false,"
+    "agentSandbox.enabled=false,dcgmExporter.enabled=false"
+)
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
+
+Doc = dict[str, Any]
+Render = Callable[..., list[Doc]]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """The helm command, with its caches and config kept out of the user's home."""
+    problem = ""
+    try:
+        path = binary("helm")
+    except BuildError as err:
+        problem = f"{err}: the chart tests run the real helm binary"
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    home = tmp_path_factory.mktemp("helm-home")
+    saved = {
+        k: os.environ.get(k) for k in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")
+    }
+    os.environ.update(
+        HELM_CACHE_HOME=str(home / "cache"),
+        HELM_CONFIG_HOME=str(home / "config"),
+        HELM_DATA_HOME=str(home / "data"),
+    )
+    yield [str(path)]
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run_helm(helm: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": os.devnull}
+    return subprocess.run(
+        [*helm, *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def template_args(chart: Path, files: tuple[Path, ...], sets: tuple[str, ...]) -> list[str]:
+    args = ["template", "gridloop", str(chart), "--namespace", NAMESPACE]
+    for f in files:
+        args += ["-f", str(f)]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+@pytest.fixture
+def render(helm: list[str]) -> Render:
+    """render(*values_files, sets=(...), chart=CHART, base=(MINIMAL,)) -> the rendered objects."""
+
+    def go(
+        *files: Path,
+        sets: tuple[str, ...] = (),
+        chart: Path = CHART,
+        base: tuple[Path, ...] = (MINIMAL,),
+    ) -> list[Doc]:
+        result = run_helm(helm, *template_args(chart, (*base, *files), sets))
+        assert result.returncode == 0, result.stderr
+        return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+    return go
+
+
+@pytest.fixture
+def render_error(helm: list[str]) -> Callable[..., str]:
+    """render_error(*values_files, sets=(...)) -> helm's error output; rendering must fail."""
+
+    def go(*files: Path, sets: tuple[str, ...] = (), base: tuple[Path, ...] = (MINIMAL,)) -> str:
+        result = run_helm(helm, *template_args(CHART, (*base, *files), sets))
+        assert result.returncode != 0, f"rendered although it should not:\n{result.stdout[:500]}"
+        return result.stderr
+
+    return go
+
+
+def values_file(tmp_path: Path, values: dict[str, Any], name: str = "values.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def named(docs: list[Doc], kind: str, name: str) -> Doc:
+    found = [d for d in of_kind(docs, kind) if d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: found {len(found)}"
+    return found[0]
+
+
+# --- lint and profiles ---
+
+
+def test_lint_is_clean_for_the_minimal_profile(helm: list[str]) -> None:
+    result = run_helm(helm, "lint", str(CHART), "--strict", "-f", str(MINIMAL))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+    # lint only logs a template's `fail`; a clean lint has none
+    assert "funcMap fail" not in result.stderr, result.stderr
+
+
+def test_lint_is_clean_with_every_gridloop_part_enabled(helm: list[str]) -> None:
+    args = ["lint", str(CHART), "--strict", "-f", str(MINIMAL), "-f", str(EVERYTHING)]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+    # lint only logs a template's `fail`; a clean lint has none
+    assert "funcMap fail" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("profile", ["local", "minimal", "production"])
+def test_every_profile_renders_when_upstream_components_are_disabled(
+    render: Render, profile: str
+) -> None:
+    docs = render(PROFILES / f"{profile}.yaml", sets=(UPSTREAM_OFF,), base=())
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "ClusterRole", "ValidatingAdmissionPolicy", "ClusterQueue"} <= kinds
+    health = named(docs, "Deployment", "gridloop-health")
+    expected = {"local": 1, "minimal": 2, "production": 3}[profile]
+    assert health["spec"]["replicas"] == expected
+
+
+def test_production_profile_keeps_health_available_through_disruptions(render: Render) -> None:
+    docs = render(PROFILES / "production.yaml", sets=(UPSTREAM_OFF,), base=())
+    pdb = named(docs, "PodDisruptionBudget", "gridloop-health")
+    assert pdb["spec"]["minAvailable"] == 1
+
+
+def test_production_profile_refuses_a_noexecute_policy(
+    render_error: Callable[..., str], tmp_path: Path
+) -> None:
+    policy = POLICY.read_text().replace("noExecute: false", "noExecute: true")
+    overrides = values_file(tmp_path, {"health": {"policy": policy}})
+    error = render_error(PROFILES / "production.yaml", overrides, sets=(UPSTREAM_OFF,))
+    assert "spec.quarantine.noExecute" in error
+
+
+# --- upstream components come from the bundle ---
+
+
+def test_enabled_upstream_component_without_bundle_fails_with_what_to_do(
+    render_error: Callable[..., str],
+) -> None:
+    error = render_error(sets=("kueue.enabled=true",))
+    assert (
+        "kueue.enabled is true but this chart has no upstream Kueue manifests: install the "
+        'chart built by "gridloop bundle", or set kueue.enabled=false'
+    ) in error
+
+
+def test_bundled_upstream_manifests_are_emitted_in_file_order(
+    render: Render, tmp_path: Path
+) -> None:
+    chart = tmp_path / "gridloop"
+    shutil.copytree(CHART, chart)  # follows the policy symlink, as the bundle's copy does
+    upstream = chart / "upstream" / "kueue"
+    upstream.mkdir(parents=True)
+    (upstream / "b.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: second\n")
+    (upstream / "a.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: first\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: also-first\n"
+    )
+    docs = render(sets=("kueue.enabled=true",), chart=chart)
+    names = [d["metadata"]["name"] for d in of_kind(docs, "ConfigMap")]
+    upstream_names = [n for n in names if n in {"first", "also-first", "second"}]
+    assert upstream_names == ["first", "also-first", "second"]
+
+
+# --- the fleet becomes Kueue objects ---
+
+
+def fleet_values(path: Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text())
+    return {"fleet": loaded}
+
+
+def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) -> None:
+    fleet = load_fleet(DEFAULT_FLEET)
+    teams = [
+        {"name": "research", "namespace": "team-research", "weight": 5},
+        {"name": "product", "namespace": "team-product", "weight": 3},
+        {"name": "eval", "namespace": "team-eval", "weight": 1},
+    ]
+    values = {**fleet_values(DEFAULT_FLEET), "kueue": {"teams": teams}}
+    docs = render(values_file(tmp_path, values))
+
+    pools = [
+        (s, p) for t in ("cloud", "on-prem") for s in fleet.sites if s.type == t for p in s.pools
+    ]
+    flavors = of_kind(docs, "ResourceFlavor")
+    assert sorted(f["metadata"]["name"] for f in flavors) == sorted(
+        f"{s.name}-{p.name}" for s, p in pools
+    )
+    for site, pool in pools:
+        labels = named(docs, "ResourceFlavor", f"{site.name}-{pool.name}")["spec"]["nodeLabels"]
+        assert labels == {
+            "gridloop.io/site": site.name,
+            "gridloop.io/pool": pool.name,
+            "nvidia.com/gpu.product": pool.model.product,
+        }
+
+    queues = {q["metadata"]["name"]: q for q in of_kind(docs, "ClusterQueue")}
+    assert set(queues) == {t["name"] for t in teams}
+    total_weight = sum(t["weight"] for t in teams)
+    for site, pool in pools:
+        shares = {}
+        for team in teams:
+            spec = queues[team["name"]]["spec"]
+            assert spec["cohortName"] == "gridloop"
+            group = spec["resourceGroups"][0]
+            assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
+            # flavors in fleet order: cloud sites as listed, then on-prem
+            assert [f["name"] for f in group["flavors"]] == [f"{s.name}-{p.name}" for s, p in pools]
+            flavor = next(f for f in group["flavors"] if f["name"] == f"{site.name}-{pool.name}")
+            gpu = next(r for r in flavor["resources"] if r["name"] == "nvidia.com/gpu")
+            shares[team["name"]] = int(gpu["nominalQuota"])
+        assert sum(shares.values()) == pool.gpu_count
+        for team in teams:
+            exact = pool.gpu_count * team["weight"] / total_weight
+            assert abs(shares[team["name"]] - exact) < 1
+
+    for team in teams:
+        local = [
+            q
+            for q in of_kind(docs, "LocalQueue")
+            if q["metadata"]["namespace"] == team["namespace"]
+        ]
+        assert [q["metadata"]["name"] for q in local] == ["default"]
+        assert local[0]["spec"]["clusterQueue"] == team["name"]
+        ns = named(docs, "Namespace", team["namespace"])
+        assert ns["metadata"]["labels"]["gridloop.io/team"] == team["name"]
+
+
+def test_flavor_products_and_capacity_match_the_catalog(render: Render, tmp_path: Path) -> None:
+    pools = [
+        {"name": f"p{i}", "gpu": gpu, "nodes": 3, "gpusPerNode": 4}
+        for i, gpu in enumerate(sorted(GPU_MODELS))
+    ]
+    site = {"name": "lab", "type": "on-prem", "region": "lab", "zones": ["r1"], "pools": pools}
+    docs = render(values_file(tmp_path, {"fleet": {"sites": [site]}}))
+    queue = named(docs, "ClusterQueue", "default")
+    flavors = {f["name"]: f for f in queue["spec"]["resourceGroups"][0]["flavors"]}
+    for pool in pools:
+        model = GPU_MODELS[pool["gpu"]]
+        flavor = named(docs, "ResourceFlavor", f"lab-{pool['name']}")
+        assert flavor["spec"]["nodeLabels"]["nvidia.com/gpu.product"] == model.product
+        quota = {r["name"]: r["nominalQuota"] for r in flavors[f"lab-{pool['name']}"]["resources"]}
+        assert quota == {
+            "cpu": str(3 * max(1, model.cpu_cores * 4 // 8)),
+            "memory": f"{3 * max(1, model.memory_gi * 4 // 8)}Gi",
+            "nvidia.com/gpu": "12",
+        }
+
+
+def test_schema_gpu_enum_is_the_catalog() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    site = schema["properties"]["fleet"]["properties"]["sites"]["items"]
+    pool = site["properties"]["pools"]["items"]
+    assert pool["properties"]["gpu"]["enum"] == sorted(GPU_MODELS)
+
+
+def test_a_fleet_without_sites_gives_queues_without_quota(render: Render) -> None:
+    docs = render()
+    assert of_kind(docs, "ResourceFlavor") == []
+    assert "resourceGroups" not in named(docs, "ClusterQueue", "default")["spec"]
+
+
+def test_colliding_pool_names_fail_naming_the_pool(
+    render_error: Callable[..., str], tmp_path: Path
+) -> None:
+    pool = {"gpu": "L4", "nodes": 1, "gpusPerNode": 1}
+    sites = [
+        {
+            "name": "a-b",
+            "type": "cloud",
+            "region": "r",
+            "zones": ["z"],
+            "pools": [{"name": "c", **pool}],
+        },
+        {
+            "name": "a",
+            "type": "cloud",
+            "region": "r",
+            "zones": ["z"],
+            "pools": [{"name": "b-c", **pool}],
+        },
+    ]
+    error = render_error(values_file(tmp_path, {"fleet": {"sites": sites}}))
+    assert "fleet.sites[1].pools[0].name" in error
+
+
+# --- inference ---
+
+
+def test_vllm_model_streams_from_object_storage(render: Render) -> None:
+    docs = render(EVERYTHING)
+    deployment = named(docs, "Deployment", "llama-8b")
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert container["command"] + container["args"][:7] == [
+        "vllm", "serve", "s3://models/llama-3.1-8b/", "--load-format", "runai_streamer",
+        "--served-model-name", "llama-8b", "--port", "8000",
+    ]  # fmt: skip
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["RUNAI_STREAMER_CONCURRENCY"] == "32"
+    assert env["AWS_ENDPOINT_URL"] == "https://minio.example:9000"
+    assert env["RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING"] == "0"
+    assert container["envFrom"] == [{"secretRef": {"name": "models-s3"}}]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    for probe in ("startupProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    shm = next(v for v in pod["spec"]["volumes"] if v["name"] == "shm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
+    service = named(docs, "Service", "llama-8b")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert (
+        named(docs, "PodMonitor", "llama-8b")["spec"]["podMetricsEndpoints"][0]["path"]
+        == "/metrics"
+    )
+    assert named(docs, "PodDisruptionBudget", "llama-8b")["spec"]["maxUnavailable"] == 1
+
+
+def test_kaito_model_becomes_a_workspace(render: Render) -> None:
+    docs = render(EVERYTHING)
+    workspace = named(docs, "Workspace", "qwen-72b")
+    assert workspace["apiVersion"] == "kaito.sh/v1beta1"
+    selector = workspace["resource"]["labelSelector"]["matchLabels"]
+    assert selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    container = workspace["inference"]["template"]["spec"]["containers"][0]
+    assert container["args"][0] == "gs://models/qwen-72b/"
+    assert "--tensor-parallel-size" in container["args"]
+    assert not [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == "qwen-72b"]
+
+
+def test_changing_a_revision_rolls_only_that_model(render: Render) -> None:
+    before = render(EVERYTHING)
+    after = render(EVERYTHING, sets=("inference.models[0].revision=2025-07-01",))
+    assert len(before) == len(after)
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
+    assert [b["metadata"]["name"] for b, _ in changed] == ["llama-8b"]
+    old, new = changed[0]
+    assert old["kind"] == "Deployment"
+    old_annotations = old["spec"]["template"]["metadata"].pop("annotations")
+    new_annotations = new["spec"]["template"]["metadata"].pop("annotations")
+    assert old == new
+    assert old_annotations == {"gridloop.io/model-revision": "2025-06-01"}
+    assert new_annotations == {"gridloop.io/model-revision": "2025-07-01"}
+
+
+# --- values the schema refuses ---
+
+A_POOL = {"name": "h100", "gpu": "H100-80GB", "nodes": 1, "gpusPerNode": 8}
+A_SITE = {"name": "x", "type": "cloud", "region": "r", "zones": ["z"], "pools": [A_POOL]}
+A_MODEL = {"name": "m", "uri": "s3://b/m/", "revision": "1", "gpus": 1, "runtime": "vllm"}
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        pytest.param({"health": {"replicaz": 2}}, "replicaz", id="misspelt-key"),
+        pytest.param({"health": {"replicas": "two"}}, "/health/replicas", id="string-for-number"),
+        pytest.param(
+            {"fleet": {"sites": [{**A_SITE, "pools": [{**A_POOL, "nodes": -1}]}]}},
+            "/fleet/sites/0/pools/0/nodes",
+            id="negative-nodes",
+        ),
+        pytest.param(
+            {"kueue": {"teams": [{"name": "a", "namespace": "a", "weight": -2}]}},
+            "/kueue/teams/0/weight",
+            id="negative-quota-weight",
+        ),
+        pytest.param(
+            {"fleet": {"sites": [{**A_SITE, "pools": [{**A_POOL, "gpu": "H900"}]}]}},
+            "/fleet/sites/0/pools/0/gpu",
+            id="unknown-gpu",
+        ),
+        pytest.param(
+            {"inference": {"models": [{**A_MODEL, "awsSecretAccessKey": "hunter2"}]}},
+            "awsSecretAccessKey",
+            id="inline-credentials",
+        ),
+        pytest.param(
+            {"inference": {"models": [{**A_MODEL, "s3": {"accessKey": "AKIA"}}]}},
+            "accessKey",
+            id="inline-credentials-under-s3",
+        ),
+        pytest.param(
+            {"inference": {"models": [{**A_MODEL, "uri": "https://example.com/m"}]}},
+            "/inference/models/0/uri",
+            id="uri-not-object-storage",
+        ),
+    ],
+)
+def test_bad_values_fail_naming_the_key(
+    render_error: Callable[..., str], tmp_path: Path, values: dict[str, Any], key: str
+) -> None:
+    error = render_error(values_file(tmp_path, values))
+    assert key in error
+    assert "schema" in error.lower()
+
+
+def test_inline_credentials_are_refused_with_the_reason(
+    render_error: Callable[..., str], tmp_path: Path
+) -> None:
+    values = {"inference": {"models": [{**A_MODEL, "password": "x"}]}}
+    error = render_error(values_file(tmp_path, values))
+    assert "at '/inference/models/0/password': value must be 'refused: inline credentials" in error
+    assert "credentialsSecret" in error
+
+
+def test_sandbox_runtime_outside_the_allowed_list_fails(render_error: Callable[..., str]) -> None:
+    error = render_error(sets=("agentSandbox.template.runtimeClassName=runc",))
+    assert "agentSandbox.template.runtimeClassName" in error
+
+
+# --- the health service ---
+
+
+def test_health_policy_is_the_repository_policy(render: Render) -> None:
+    docs = render()
+    config = named(docs, "ConfigMap", "gridloop-health")
+    assert config["data"]["health.yaml"].strip() == POLICY.read_text().strip()
+
+
+def test_health_policy_override_replaces_the_file(render: Render, tmp_path: Path) -> None:
+    policy = "apiVersion: gridloop.io/v1alpha1\nkind: HealthPolicy\nmetadata: {name: x}\nspec: {}\n"
+    docs = render(values_file(tmp_path, {"health": {"policy": policy}}))
+    assert named(docs, "ConfigMap", "gridloop-health")["data"]["health.yaml"] == policy
+
+
+def test_packaged_chart_carries_the_policy_file(helm: list[str], tmp_path: Path) -> None:
+    result = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (archive,) = tmp_path.glob("gridloop-*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.getmember("gridloop/files/health.yaml")
+        assert member.isfile()
+        extracted = tar.extractfile(member)
+        assert extracted is not None
+        assert extracted.read().decode() == POLICY.read_text()
+
+
+def test_health_service_runs_with_leader_election_and_probes(render: Render) -> None:
+    docs = render()
+    deployment = named(docs, "Deployment", "gridloop-health")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    command = container["command"]
+    assert command[:3] == ["gridloop", "health", "run"]
+    flags = dict(zip(command[3::2], command[4::2], strict=False))
+    assert flags["--config"] == "/etc/gridloop/health.yaml"
+    assert flags["--namespace"] == NAMESPACE
+    assert flags["--listen"] == "0.0.0.0:9464"
+    assert "--no-leader-election" not in command and "--dry-run" not in command
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert named(docs, "PodDisruptionBudget", "gridloop-health")["spec"]["minAvailable"] == 1
+    assert named(docs, "Service", "gridloop-health")["spec"]["ports"][0]["port"] == 9464
+
+
+def rule_grants(rules: list[Doc]) -> set[tuple[str, str, str, str]]:
+    return {
+        (group, resource, verb, ",".join(rule.get("resourceNames", [])))
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_health_rbac_grants_exactly_what_the_service_calls(render: Render) -> None:
+    docs = render()
+    cluster = named(docs, "ClusterRole", "gridloop-health")
+    assert rule_grants(cluster["rules"]) == {
+        ("", "nodes", "get", ""),
+        ("", "nodes", "list", ""),
+        ("", "nodes", "watch", ""),
+        ("", "nodes", "patch", ""),
+        ("", "pods", "list", ""),
+        ("", "pods/eviction", "create", ""),
+        ("", "events", "create", ""),
+    }
+    role = named(docs, "Role", "gridloop-health")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rule_grants(role["rules"]) == {
+        ("coordination.k8s.io", "leases", "create", ""),
+        ("coordination.k8s.io", "leases", "get", "gridloop-health"),
+        ("coordination.k8s.io", "leases", "update", "gridloop-health"),
+        ("", "configmaps", "create", ""),
+        ("", "configmaps", "get", "gridloop-health-status"),
+        ("", "configmaps", "patch", "gridloop-health-status"),
+    }
+    account = "gridloop-health"
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        binding = named(docs, kind, "gridloop-health")
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+        ]
+
+
+# --- secure defaults ---
+
+
+def pod_templates(docs: list[Doc]) -> Iterator[tuple[str, Doc]]:
+    for doc in docs:
+        where = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] in WORKLOAD_KINDS:
+            yield where, doc["spec"]["template"]
+        elif doc["kind"] == "Workspace":
+            yield where, doc["inference"]["template"]
+        elif doc["kind"] == "SandboxTemplate":
+            yield where, doc["spec"]["podTemplate"]
+
+
+def test_every_gridloop_container_is_locked_down(render: Render) -> None:
+    docs = render(EVERYTHING)
+    templates = list(pod_templates(docs))
+    assert {w.split("/")[0] for w, _ in templates} == {"Deployment", "Workspace", "SandboxTemplate"}
+    for where, template in templates:
+        pod = template["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for container in pod["containers"] + pod.get("initContainers", []):
+            sc = container["securityContext"]
+            assert sc["runAsNonRoot"] is True, where
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            for kind in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(container["resources"][kind]), where
+
+
+def test_workloads_select_only_their_own_pods(render: Render) -> None:
+    docs = render(EVERYTHING)
+    selectors = []
+    for deployment in of_kind(docs, "Deployment"):
+        selector = deployment["spec"]["selector"]["matchLabels"]
+        assert set(selector) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
+        selectors.append(tuple(sorted(selector.items())))
+    assert len(selectors) == len(set(selectors))
+
+
+def test_object_names_fit_in_63_characters(render: Render) -> None:
+    long_release = "a-very-long-release-name-for-a-gpu-platform-that-goes-on-and-on"
+    docs = render(EVERYTHING, sets=(f"fullnameOverride={long_release}-gridloop",))
+    for doc in docs:
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+
+
+# --- sandboxes and admission policies ---
+
+
+def test_sandbox_namespaces_are_isolated(render: Render) -> None:
+    docs = render(EVERYTHING)
+    assert named(docs, "RuntimeClass", "gvisor")["handler"] == "runsc"
+    assert named(docs, "RuntimeClass", "kata")["handler"] == "kata-qemu"
+    for ns in ("agents", "agents-eval"):
+        assert named(docs, "Namespace", ns)["metadata"]["labels"]["gridloop.io/sandbox"] == "true"
+        policy = [p for p in of_kind(docs, "NetworkPolicy") if p["metadata"]["namespace"] == ns]
+        (egress,) = policy
+        internet = egress["spec"]["egress"][1]["to"][0]["ipBlock"]
+        assert internet["cidr"] == "0.0.0.0/0"
+        assert "169.254.0.0/16" in internet["except"] and "10.0.0.0/8" in internet["except"]
+        template = [t for t in of_kind(docs, "SandboxTemplate") if t["metadata"]["namespace"] == ns]
+        assert template[0]["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
+        pool = [p for p in of_kind(docs, "SandboxWarmPool") if p["metadata"]["namespace"] == ns]
+        assert pool[0]["spec"]["sandboxTemplateRef"] == {"name": "default"}
+
+
+def test_sandbox_policy_allows_gvisor_and_kata_and_checks_each_escape(render: Render) -> None:
+    docs = render(EVERYTHING)
+    policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-sandbox-isolation")
+    validations = policy["spec"]["validations"]
+    allowed = re.search(r"runtimeClassName in (\[.*\])", validations[0]["expression"])
+    assert allowed is not None and json.loads(allowed.group(1)) == ["gvisor", "kata"]
+    messages = " | ".join(v["message"] for v in validations)
+    for escape in (
+        "runtimeClassName",
+        "privileged",
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "hostPath",
+    ):
+        assert escape in messages
+    assert len(validations) == 6
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
+    assert selector == {"matchLabels": {"gridloop.io/sandbox": "true"}}
+
+
+def test_gpu_job_policy_names_the_queue_label(render: Render) -> None:
+    docs = render()
+    policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-gpu-jobs-queued")
+    (validation,) = policy["spec"]["validations"]
+    assert validation["message"] == (
+        "GPU jobs in team namespaces must name a Kueue LocalQueue: set label "
+        "kueue.x-k8s.io/queue-name"
+    )
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]} == {
+        ("batch", "jobs"),
+        ("ray.io", "rayjobs"),
+        ("ray.io", "rayclusters"),
+    }
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-gpu-jobs-queued")
+    assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+# --- metrics, alerts, dashboards ---
+
+
+def test_dcgm_counters_cover_every_metric_the_simulator_serves(render: Render) -> None:
+    docs = render()
+    csv = named(docs, "ConfigMap", "gridloop-dcgm-counters")["data"]["counters.csv"]
+    rows = [
+        [part.strip() for part in line.split(",", 2)]
+        for line in csv.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    exported = {name: kind for name, kind, _help in rows}
+    for name, (kind, _help) in METRICS.items():
+        assert exported.get(name) == kind, name
+
+
+def test_monitoring_objects_carry_the_prometheus_selector_labels(render: Render) -> None:
+    docs = render(EVERYTHING, sets=("monitoring.labels.release=prom",))
+    monitors = [d for d in docs if d["kind"] in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
+    assert {d["kind"] for d in monitors} == {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    for doc in monitors:
+        assert doc["metadata"]["labels"]["release"] == "prom", doc["metadata"]["name"]
+
+
+def alerts(docs: list[Doc]) -> dict[str, Doc]:
+    return {
+        rule["alert"]: rule
+        for doc in of_kind(docs, "PrometheusRule")
+        for group in doc["spec"]["groups"]
+        for rule in group["rules"]
+    }
+
+
+def test_xid_alert_covers_the_policy_quarantine_class(render: Render, tmp_path: Path) -> None:
+    quarantine = yaml.safe_load(POLICY.read_text())["spec"]["xid"]["quarantine"]
+    expr = alerts(render())["GpuXidQuarantineClass"]["expr"]
+    assert {int(c) for c in re.findall(r"== (\d+)", expr)} == set(quarantine)
+
+    policy = yaml.safe_load(POLICY.read_text())
+    policy["spec"]["xid"]["overrides"] = {79: "ignore", 13: "quarantine"}
+    overridden = values_file(tmp_path, {"health": {"policy": yaml.safe_dump(policy)}})
+    expr = alerts(render(overridden))["GpuXidQuarantineClass"]["expr"]
+    assert {int(c) for c in re.findall(r"== (\d+)", expr)} == (set(quarantine) - {79}) | {13}
+
+
+def test_health_service_alerts_fire_when_it_is_stuck(render: Render) -> None:
+    rules = alerts(render())
+    assert "gridloop_health_cycle_seconds_count" in rules["GridloopHealthNoCycle"]["expr"]
+    assert (
+        rules["GridloopHealthBreakerTripped"]["expr"] == "max(gridloop_health_breaker_tripped) == 1"
+    )
+    assert rules["GridloopHealthHolding"]["for"] == "10m"
+    assert 'up{job="dcgm-exporter"}' in rules["DcgmExporterDown"]["expr"]
+    assert {"GpuEccDoubleBitErrors", "GpuRowRemapFailure"} <= set(rules)
+
+
+def test_dashboards_become_sidecar_configmaps(render: Render) -> None:
+    docs = render()
+    boards = [
+        d for d in of_kind(docs, "ConfigMap") if "grafana_dashboard" in d["metadata"]["labels"]
+    ]
+    files = sorted((CHART / "dashboards").glob("*.json"))
+    assert len(boards) == len(files) >= 1
+    board = named(docs, "ConfigMap", "gridloop-dashboard-gpu-health")
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert board["metadata"]["annotations"]["grafana_folder"] == "gridloop"
+    dashboard = json.loads(board["data"]["gpu-health.json"])
+    assert dashboard["uid"] == "gridloop-gpu-health"
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    assert "gridloop_health_" in exprs and "DCGM_FI_DEV_XID_ERRORS" in exprs
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}"
+    assert not re.search(r"TODO|FIXME|XXX|placeholder", board["data"]["gpu-health.json"], re.I)
+
+
+# --- the values file itself ---
+
+
+def test_every_values_key_has_a_comment_above_it() -> None:
+    uncommented = []
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    key = re.compile(r"^\s*(- )?[\"']?[A-Za-z0-9_./-]+[\"']?:( |$)")
+    for n, line in enumerate(lines):
+        if not key.match(line) or line.lstrip().startswith("#"):
+            continue
+        above = lines[n - 1].strip() if n else ""
+        if not above.startswith("#"):
+            uncommented.append(f"{n + 1}: {line.strip()}")
+    assert uncommented == []
+
+
+def test_inline_credentials_are_refused_whatever_their_value(
+    render_error: Callable[..., str], tmp_path: Path
+) -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    model = schema["properties"]["inference"]["properties"]["models"]["items"]
+    (sneaky,) = model["properties"]["token"]["enum"]  # the one value the schema lets through
+    values = {"inference": {"models": [{**A_MODEL, "token": sneaky}]}}
+    error = render_error(values_file(tmp_path, values))
+    assert "inference.models[0]: token: inline credentials are refused" in error
+
+
+# --- NOTES.txt ---
+
+
+@pytest.fixture
+def notes(helm: list[str]) -> Callable[..., str]:
+    """notes(*values_files, sets=(...)) -> NOTES.txt as `helm install --dry-run=client` shows it."""
+
+    def go(*files: Path, sets: tuple[str, ...] = ()) -> str:
+        args = template_args(CHART, (MINIMAL, *files), sets)
+        args[0] = "install"
+        result = run_helm(helm, *args, "--dry-run=client")
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split("NOTES:", 1)[1]
+
+    return go
+
+
+def test_notes_warn_about_nothing_with_safe_defaults(notes: Callable[..., str]) -> None:
+    text = notes(EVERYTHING)
+    assert "WARNING" not in text
+    assert "http://llama-8b.gridloop-system.svc:8000/v1" in text
+
+
+def test_notes_warn_about_unsafe_settings(notes: Callable[..., str], tmp_path: Path) -> None:
+    policy = yaml.safe_load(POLICY.read_text())
+    policy["spec"]["limits"]["fleet"]["maxPercent"] = 80
+    unsafe = {
+        "health": {"dryRun": True, "policy": yaml.safe_dump(policy)},
+        "agentSandbox": {
+            "template": {"runtimeClassName": "runc"},
+            "allowedRuntimeClasses": ["runc"],
+        },
+    }
+    text = notes(EVERYTHING, values_file(tmp_path, unsafe))
+    warnings = [line for line in text.splitlines() if line.startswith("WARNING:")]
+    assert len(warnings) == 3, warnings
+    assert "DRY-RUN" in warnings[0]
+    assert "circuit breaker is wide open (fleet maxPercent 80" in warnings[1]
+    assert "do not run under gVisor" in warnings[2]
