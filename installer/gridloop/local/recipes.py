@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gridloop import versions
 from gridloop.local.gomod import staging_version
 from gridloop.versions import Component
 
@@ -34,6 +35,23 @@ class Recipe:
         parts += [*self.tags, *self.ldflags(comp), *sorted(self.shims.items())]
         parts += [comp.debian, *sorted(self.debian_files.items())]
         return "|".join(map(str, parts))
+
+
+def _helm3_ldflags(comp: Component) -> list[str]:
+    # Helm 3's Makefile sets the Kubernetes version `helm template` and `helm lint` assume
+    # (else 1.20, which charts needing a newer cluster refuse); here it is the Kubernetes
+    # gridloop pins and tests against.
+    kube = versions.get("kubernetes")
+    flags = [
+        f"-X helm.sh/helm/v3/internal/version.version={comp.version}",
+        "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ]
+    for pkg in ("pkg/lint/rules", "pkg/chartutil"):
+        flags += [
+            f"-X helm.sh/helm/v3/{pkg}.k8sVersionMajor=1",
+            f"-X helm.sh/helm/v3/{pkg}.k8sVersionMinor={kube.minor}",
+        ]
+    return flags
 
 
 def _kubernetes_ldflags(comp: Component) -> list[str]:
@@ -78,6 +96,11 @@ RECIPES: tuple[Recipe, ...] = (
             f"-X helm.sh/helm/v4/internal/version.version={comp.version}",
             "-X helm.sh/helm/v4/internal/version.gitTreeState=clean",
         ],
+    ),
+    Recipe(
+        component="helm3",
+        binaries={"helm3": "helm.sh/helm/v3/cmd/helm"},
+        ldflags=_helm3_ldflags,
     ),
     Recipe(
         component="prometheus",
