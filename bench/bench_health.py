@@ -131,12 +131,7 @@ class Service:
         raise SystemExit(f"health service never steady in {timeout}s: see {self.log.name}")
 
     def peak_rss_mib(self) -> tuple[int, int]:
-        fields = {}
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                fields[key] = int(value.split()[0]) // 1024
-        return fields["VmRSS"], fields["VmHWM"]
+        return memory_mib(str(self.proc.pid))
 
     def stop(self) -> None:
         """SIGTERM; the service finishes the cycle it is in (at 5,000 nodes on this machine,
@@ -165,21 +160,25 @@ class TaintWatch:
 
     def _run(self) -> None:
         w = watch.Watch()
-        for event in w.stream(
-            self.core.list_node,
-            label_selector=STATE_LABEL,
-            resource_version=self._rv,
-            timeout_seconds=600,
-            deserialize=False,  # plain JSON: the bench should take as little CPU as it can
-        ):
-            now = time.time()
-            node = event["object"]
-            name = node["metadata"]["name"]
-            taints = node.get("spec", {}).get("taints") or []
-            if name not in self.seen and any(t["key"] == TAINT_KEY for t in taints):
-                self.seen[name] = now
-            if self._stop.is_set():
-                w.stop()
+        try:
+            for event in w.stream(
+                self.core.list_node,
+                label_selector=STATE_LABEL,
+                resource_version=self._rv,
+                timeout_seconds=600,
+                deserialize=False,  # plain JSON: the bench should take as little CPU as it can
+            ):
+                now = time.time()
+                node = event["object"]
+                name = node["metadata"]["name"]
+                taints = node.get("spec", {}).get("taints") or []
+                if name not in self.seen and any(t["key"] == TAINT_KEY for t in taints):
+                    self.seen[name] = now
+                if self._stop.is_set():
+                    w.stop()
+        except Exception:
+            if not self._stop.is_set():  # the cluster going down after the round is expected
+                raise
 
     def wait_for(self, names: set[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -270,17 +269,26 @@ def failure_round(
     }
 
 
-def run_latency(
-    workdir: Path, nodes: int, failing: list[int], workers: list[int], scrape_s: int, singles: int
-) -> dict:
+def _start(
+    workdir: Path, part: str, nodes: int, scrape_s: int
+) -> tuple[Path, Path, Path, cluster.UpResult]:
+    """A generated fleet's cluster with exporters and Prometheus (no health service), the
+    policy for the run, and Prometheus set to scrape every `scrape_s`."""
     fleet_file = workdir / f"fleet-{nodes}.yaml"
     fleet_file.write_text(dump_fleet(generate_fleet(nodes)))
-    state_dir = workdir / "state-latency"
-    policy = _policy(workdir / "policy-latency.yaml", nodes, scrape_s)
+    state_dir = workdir / f"state-{part}"
+    policy = _policy(workdir / f"policy-{part}.yaml", nodes, scrape_s)
     t0 = time.monotonic()
     res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None, health_service=False)
     _set_scrape_interval(res.state, scrape_s)
     print(f"cluster of {nodes} nodes up in {time.monotonic() - t0:.1f}s", flush=True)
+    return fleet_file, state_dir, policy, res
+
+
+def run_latency(
+    workdir: Path, nodes: int, failing: list[int], workers: list[int], scrape_s: int, singles: int
+) -> dict:
+    fleet_file, state_dir, policy, res = _start(workdir, "latency", nodes, scrape_s)
     api = kube.api_client(res.state.kubeconfig)
     prom = PrometheusConnect(url=f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}")
     pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
@@ -323,17 +331,20 @@ def plain_read(kubeconfig: str, prometheus: str, families: str) -> None:
                 "wall_s": round(time.monotonic() - wall, 2),
                 "nodes": len(nodes),
                 "samples": samples,
-                "peak_rss_mib": _own_peak_mib(),
+                "peak_rss_mib": memory_mib("self")[1],
             }
         )
     )
 
 
-def _own_peak_mib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) // 1024
-    return 0
+def memory_mib(pid: str) -> tuple[int, int]:
+    """(resident, peak resident) of a process, MiB, from /proc/PID/status."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) // 1024
+    return fields["VmRSS"], fields["VmHWM"]
 
 
 def _unfiltered(policy_path: Path) -> dict[str, str]:
@@ -350,14 +361,7 @@ def _unfiltered(policy_path: Path) -> dict[str, str]:
 
 
 def run_cycle(workdir: Path, nodes: int, scrape_s: int, cycles: int) -> dict:
-    fleet_file = workdir / f"fleet-{nodes}.yaml"
-    fleet_file.write_text(dump_fleet(generate_fleet(nodes)))
-    state_dir = workdir / "state-cycle"
-    policy = _policy(workdir / "policy-cycle.yaml", nodes, scrape_s)
-    t0 = time.monotonic()
-    res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None, health_service=False)
-    _set_scrape_interval(res.state, scrape_s)
-    print(f"cluster of {nodes} nodes up in {time.monotonic() - t0:.1f}s", flush=True)
+    _fleet, state_dir, policy, res = _start(workdir, "cycle", nodes, scrape_s)
     try:
         service = Service(res.state, policy, workers=16, interval=5.0)
         try:

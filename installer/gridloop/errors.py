@@ -32,3 +32,8 @@ class BuildError(GridloopError):
 
 class ClusterError(GridloopError):
     """The local cluster could not be started, reached or stopped."""
+
+
+def one_line(err: BaseException, limit: int = 300) -> str:
+    """Any exception as one line of at most `limit` characters, for logs and outcomes."""
+    return " ".join(str(err).split())[:limit] or type(err).__name__

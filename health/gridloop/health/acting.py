@@ -28,6 +28,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop.errors import one_line
 from gridloop.health import patches
 from gridloop.health.actions import (
     Acknowledge,
@@ -197,8 +198,8 @@ def _one_line(err: Exception) -> str:
             message = json.loads(err.body or "")["message"]
         except (ValueError, KeyError, TypeError):
             message = err.reason
-        return f"{err.status} {' '.join(str(message).split())}"[:300]
-    return " ".join(str(err).split())[:300] or type(err).__name__
+        return f"{err.status} {one_line(Exception(message))}"[:300]
+    return one_line(err)
 
 
 def _uses_gpu(pod: Any) -> bool:

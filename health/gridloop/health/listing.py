@@ -24,7 +24,8 @@ from gridloop.health.observed import (
 )
 from gridloop.health.patches import parse_iso
 
-GPU_NODES = "nvidia.com/gpu.present=true"
+GPU_LABEL = ("nvidia.com/gpu.present", "true")
+GPU_NODES = "=".join(GPU_LABEL)  # the label selector
 
 
 def _faults(raw: str | None) -> frozenset[str]:

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
 from gridloop.health.signals import HOST_LABELS, NVLINK_FAMILIES
 
@@ -126,6 +127,6 @@ def read(prom: Any, queries: dict[str, str]) -> dict[str, list[Sample]] | str:
     out: dict[str, list[Sample]] = {}
     for family, answer in answers.items():
         if isinstance(answer, Exception):
-            return f"query {family!r} failed: {' '.join(str(answer).split())[:200]}"
+            return f"query {family!r} failed: {one_line(answer, 200)}"
         out[family] = answer
     return out

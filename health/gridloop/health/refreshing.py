@@ -29,8 +29,8 @@ class Refresher:
         self._lock = threading.Lock()
         self._busy = False
 
-    def answers(self) -> tuple[dict[str, list[Sample]], float] | str:
-        """(answers, their age in seconds), or why Prometheus could not give them.
+    def answers(self) -> dict[str, list[Sample]] | str:
+        """The answers, or why Prometheus could not give them.
 
         Fresh enough answers come from memory (a newer read is started when one is due);
         otherwise this reads now, in the caller's thread.
@@ -42,12 +42,12 @@ class Refresher:
                 self._busy = True
                 threading.Thread(target=self._refresh, name="health-slow", daemon=True).start()
         if age < self.stale_s:
-            return answers, age
+            return answers
         fresh = read(self.prom, self.queries)
         if isinstance(fresh, str):
             return fresh
         self._keep(fresh, time.monotonic())
-        return fresh, 0.0
+        return fresh
 
     def _refresh(self) -> None:
         started = time.monotonic()

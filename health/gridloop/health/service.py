@@ -19,6 +19,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import status
 from gridloop.health.acting import WORKERS, Executor, Outcome, record_event
@@ -90,10 +91,9 @@ class HealthService:
         nodes = self.nodes.views() if self.nodes else None
         if nodes is None:
             nodes = list_views(self.core, self.policy.opt_out_label).views
-        slow = self.slow.answers()
-        if isinstance(slow, str):
-            return Observed(nodes=nodes, prometheus_error=slow)
-        kept, _age = slow
+        kept = self.slow.answers()
+        if isinstance(kept, str):
+            return Observed(nodes=nodes, prometheus_error=kept)
         results = read(self.prom, self.fast)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
@@ -185,12 +185,12 @@ class HealthService:
             try:
                 leading = lease.hold() if lease else True
             except Exception as err:  # API server away: not leading is the safe answer
-                self.log(f"leader election failed: {' '.join(str(err).split())[:300]}")
+                self.log(f"leader election failed: {one_line(err)}")
                 leading = False
             self.metrics.leader.set(1 if leading else 0)
             if leading:
                 try:
                     self.cycle()
                 except Exception as err:  # one bad cycle must not kill the service
-                    self.log(f"cycle failed: {' '.join(str(err).split())[:300]}")
+                    self.log(f"cycle failed: {one_line(err)}")
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))

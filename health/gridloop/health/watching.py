@@ -27,7 +27,8 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from gridloop.health.listing import GPU_NODES, list_views, node_view
+from gridloop.errors import one_line
+from gridloop.health.listing import GPU_LABEL, GPU_NODES, list_views, node_view
 from gridloop.health.observed import NodeView
 
 Log = Callable[[str], None]
@@ -82,7 +83,7 @@ class NodeCache:
         """Take this version of a node if it is newer than the one the cache has."""
         name, version = node["metadata"]["name"], _version(node)
         labels = node["metadata"].get("labels") or {}
-        gpu_node = labels.get(GPU_NODES.split("=")[0]) == GPU_NODES.split("=")[1]
+        gpu_node = labels.get(GPU_LABEL[0]) == GPU_LABEL[1]
         with self._lock:
             if version and version < self._versions.get(name, 0):
                 return
@@ -145,7 +146,7 @@ class NodeCache:
                     self._broken(f"{err.status} {err.reason}", failures)
             except Exception as err:  # connection refused or reset: the API server is away
                 failures += 1
-                self._broken(" ".join(str(err).split())[:200], failures)
+                self._broken(one_line(err, 200), failures)
 
     def _broken(self, why: str, failures: int) -> None:
         self._synced.clear()
