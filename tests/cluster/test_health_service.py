@@ -285,7 +285,7 @@ def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
         sim("--node", node, "--gpu", "1", "--xid", "79")
 
     eventually(
-        lambda: service.cycle() and status.load(local_cluster.core, namespace).tripped,
+        lambda: service.cycle() and status.load(local_cluster.core, namespace).breaker.tripped,
         "the breaker to trip",
         timeout=3 * SCRAPE_S,
     )
@@ -293,7 +293,7 @@ def test_a_fault_storm_in_one_pool_trips_the_breaker_and_a_reset_resumes(
         service.cycle()
 
     assert len(tainted() & set(pool)) == 2
-    assert "pool onprem-fra/a100" in status.load(local_cluster.core, namespace).reason
+    assert "pool onprem-fra/a100" in status.load(local_cluster.core, namespace).breaker.reason
     events = local_cluster.core.list_namespaced_event(
         namespace, field_selector="reason=GPUQuarantineBreakerTripped"
     ).items

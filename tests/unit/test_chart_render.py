@@ -524,6 +524,10 @@ def test_health_rbac_grants_exactly_what_the_service_calls(render: Render) -> No
         ("", "pods", "list", ""),
         ("", "pods/eviction", "create", ""),
         ("", "events", "create", ""),
+        ("kueue.x-k8s.io", "resourceflavors", "list", ""),
+        ("kueue.x-k8s.io", "clusterqueues", "get", ""),
+        ("kueue.x-k8s.io", "clusterqueues", "list", ""),
+        ("kueue.x-k8s.io", "clusterqueues", "patch", ""),
     }
     role = named(docs, "Role", "gridloop-health")
     assert role["metadata"]["namespace"] == NAMESPACE

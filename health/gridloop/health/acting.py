@@ -87,7 +87,7 @@ class Executor:
         try:
             return self._apply(action)
         except Exception as err:  # one refused patch must not stop the others
-            return Outcome(action, applied=False, detail=f"failed: {_one_line(err)}", failed=True)
+            return Outcome(action, applied=False, detail=f"failed: {api_error(err)}", failed=True)
 
     def _apply(self, action: Action) -> Outcome:
         build = self._patch_for(action)
@@ -192,7 +192,7 @@ def record_event(
     )
 
 
-def _one_line(err: Exception) -> str:
+def api_error(err: Exception) -> str:
     if isinstance(err, ApiException):
         try:
             message = json.loads(err.body or "")["message"]

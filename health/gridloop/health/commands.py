@@ -172,7 +172,8 @@ def _logger() -> Callable[[str], None]:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     core = client.CoreV1Api(_api(args.kubeconfig))
-    before = status.load(core, args.namespace)
+    before = status.load(core, args.namespace).breaker
+    # the quota removal window is cleared too: the operator has looked at the fleet
     status.save(core, args.namespace, breakers.reset(before), {"resetBy": "gridloop health"})
     print(
         "breaker reset"
@@ -183,13 +184,17 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     core = client.CoreV1Api(_api(args.kubeconfig))
-    b = status.load(core, args.namespace)
+    saved = status.load(core, args.namespace)
+    b = saved.breaker
+    removed = sum(r.gpus for r in saved.removals)
     info = {
-        "breaker": {"tripped": b.tripped, "reason": b.reason, "quarantinesInWindow": len(b.recent)}
+        "breaker": {"tripped": b.tripped, "reason": b.reason, "quarantinesInWindow": len(b.recent)},
+        "quota": {"gpusRemovedInWindow": removed},
     }
     if args.output == "json":
         print(json.dumps(info, indent=2))
     else:
         state = f"TRIPPED ({b.reason})" if b.tripped else "closed"
         print(f"breaker: {state}; quarantines in window: {len(b.recent)}")
+        print(f"quota: {removed} GPUs of quota taken away in the window")
     return 0

@@ -49,6 +49,13 @@ def _gpus_expected(node: dict[str, Any]) -> int:
         return 0
 
 
+def _ready(node: dict[str, Any]) -> bool:
+    for cond in node.get("status", {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
 def node_view(node: dict[str, Any], opt_out_label: str) -> NodeView:
     meta = node["metadata"]
     labels, notes = meta.get("labels", {}), meta.get("annotations", {}) or {}
@@ -71,6 +78,8 @@ def node_view(node: dict[str, Any], opt_out_label: str) -> NodeView:
         opted_out=labels.get(opt_out_label) == "true",
         record=record,
         acknowledged=_faults(notes.get(ACKNOWLEDGED)),
+        ready=_ready(node),
+        labels=labels,
     )
 
 

@@ -50,7 +50,8 @@ class Metrics:
         self.phase = Histogram(
             "gridloop_health_cycle_phase_seconds",
             "Wall time of each part of a cycle: read (nodes and Prometheus), plan "
-            "(breaker record and plan()), act (node patches and Events)",
+            "(breaker record and plan()), act (node patches and Events), quota (Kueue "
+            "queues read, quota planned and patched)",
             ["phase"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
@@ -70,6 +71,39 @@ class Metrics:
         )
         self.dry_run = Gauge("gridloop_health_dry_run", "1 when running in dry-run", registry=r)
         self.leader = Gauge("gridloop_health_leader", "1 while this replica leads", registry=r)
+        # the quota rebalancer (quotas.py)
+        self.flavor_gpus = Gauge(
+            "gridloop_health_flavor_gpus",
+            "GPUs on the nodes behind each Kueue ResourceFlavor, by state (total, healthy)",
+            ["flavor", "state"],
+            registry=r,
+        )
+        self.quota = Gauge(
+            "gridloop_health_quota_gpus",
+            "Each ClusterQueue's GPU nominalQuota per flavor after the cycle, and the quota "
+            "it was configured with",
+            ["cluster_queue", "flavor", "kind"],
+            registry=r,
+        )
+        self.quota_changes = Counter(
+            "gridloop_health_quota_changes",
+            "GPU quota changes: lowered, restored, capped (a decrease cut short by the "
+            "window limit); outcome applied, planned (dry-run) or failed",
+            ["change", "outcome"],
+            registry=r,
+        )
+        self.quota_removed = Gauge(
+            "gridloop_health_quota_removed_gpus",
+            "GPU quota taken away within the removal window",
+            registry=r,
+        )
+        self.quota_held = Gauge(
+            "gridloop_health_quota_holding",
+            "1 while the rebalancer changes no quota (held, breaker tripped, or a queue it "
+            "cannot read)",
+            ["reason"],
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes
 
     def expose(self) -> bytes:

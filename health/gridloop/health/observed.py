@@ -8,6 +8,7 @@ annotations, so a restarted service reads its own past from `NodeView`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # what gridloop writes on a node it quarantines (the record `plan()` reads back)
@@ -60,6 +61,9 @@ class NodeView:
     opted_out: bool = False
     record: Record | None = None  # set when gridloop quarantined this node
     acknowledged: frozenset[str] = frozenset()  # faults a human overrode by uncordoning
+    ready: bool = True  # the Ready condition is True
+    # the node's labels: which Kueue ResourceFlavors its GPUs count for (capacity.py)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

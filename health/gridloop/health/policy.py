@@ -63,6 +63,19 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class QuotaLimits:
+    """How much Kueue GPU quota the rebalancer may take away within a sliding window.
+
+    The lower of the count and the percentage (of all configured GPU quota) wins; giving
+    quota back is never limited.
+    """
+
+    max_removed_gpus: int = 64
+    max_removed_percent: float = 25.0
+    window_s: float = 3600.0
+
+
+@dataclass(frozen=True)
 class Policy:
     xid: dict[int, XidAction] = field(
         default_factory=lambda: {
@@ -80,6 +93,9 @@ class Policy:
     limits: Limits = Limits()
     scrape_interval_s: float = 15.0
     dry_run: bool = False
+    # keep each Kueue flavor's GPU quota equal to the healthy GPUs behind it (quotas.py)
+    rebalance_quotas: bool = True
+    quota_limits: QuotaLimits = QuotaLimits()
 
     @property
     def stale_after_s(self) -> float:

@@ -22,12 +22,15 @@ from typing import TypeGuard, cast
 from gridloop.documents import DocumentProblem, read_document
 from gridloop.errors import UsageError
 from gridloop.health.durations import format_duration, parse_duration
-from gridloop.health.policy import Limits, Policy, Signals, Threshold, XidAction
+from gridloop.health.policy import Limits, Policy, QuotaLimits, Signals, Threshold, XidAction
 
 API_VERSION = "gridloop.io/v1alpha1"
 KIND = "HealthPolicy"
 
-_SPEC_KEYS = ("dryRun", "scrapeInterval", "xid", "signals", "release", "quarantine", "limits")
+_SPEC_KEYS = (
+    *("dryRun", "scrapeInterval", "xid", "signals", "release", "quarantine", "limits"),
+    "quotas",
+)
 _SIGNAL_KEYS = (
     *("eccDoubleBitVolatile", "rowRemapFailure", "retiredPagesPending", "vanishedGpu"),
     *("thermalViolation", "powerViolation", "nvlinkErrors", "pcieReplays"),
@@ -77,6 +80,7 @@ def parse_policy(data: object, source: str = "health policy") -> Policy:
     repeat = xid.section("repeat", ("count", "window"))
     release = spec.section("release", ("holdDown",))
     quarantine = spec.section("quarantine", ("noExecute", "drain", "optOutLabel"))
+    quotas = spec.section("quotas", ("enabled", "maxRemoved"))
     default = Policy()
     return Policy(
         xid=_xid_table(xid),
@@ -90,6 +94,8 @@ def parse_policy(data: object, source: str = "health policy") -> Policy:
         limits=_limits(spec.section("limits", ("fleet", "pool", "window"))),
         scrape_interval_s=spec.duration("scrapeInterval", default.scrape_interval_s),
         dry_run=spec.boolean("dryRun", default.dry_run),
+        rebalance_quotas=quotas.boolean("enabled", default.rebalance_quotas),
+        quota_limits=_quota_limits(quotas.section("maxRemoved", ("gpus", "percent", "window"))),
     )
 
 
@@ -172,6 +178,15 @@ def _limits(limits: _Fields) -> Limits:
         pool_max_nodes=pool.integer("maxNodes", d.pool_max_nodes, minimum=0),
         pool_max_percent=pool.number("maxPercent", d.pool_max_percent, 0, 100, above=True),
         window_s=limits.duration("window", d.window_s),
+    )
+
+
+def _quota_limits(removed: _Fields) -> QuotaLimits:
+    d = QuotaLimits()
+    return QuotaLimits(
+        max_removed_gpus=removed.integer("gpus", d.max_removed_gpus, minimum=0),
+        max_removed_percent=removed.number("percent", d.max_removed_percent, 0, 100),
+        window_s=removed.duration("window", d.window_s),
     )
 
 
@@ -316,7 +331,7 @@ def _show(value: object) -> str:
 def dump_default_policy() -> str:
     """The defaults as a commented YAML document; `parse_policy` reads it back as `Policy()`."""
     p, dur = Policy(), format_duration
-    s, lim = p.signals, p.limits
+    s, lim, q = p.signals, p.limits, p.quota_limits
 
     def codes(action: XidAction, suffix: str = "") -> str:
         return ", ".join(f"{c}{suffix}" for c in sorted(c for c, a in p.xid.items() if a is action))
@@ -355,6 +370,10 @@ spec:
     fleet: {{maxNodes: {lim.fleet_max_nodes}, maxPercent: {_yaml(lim.fleet_max_percent)}}}
     pool: {{maxNodes: {lim.pool_max_nodes}, maxPercent: {_yaml(lim.pool_max_percent)}}}
     window: {dur(lim.window_s)}
+  quotas:  # Kueue GPU quota follows healthy capacity
+    enabled: {_yaml(p.rebalance_quotas)}
+    maxRemoved: {{gpus: {q.max_removed_gpus}, percent: {_yaml(q.max_removed_percent)}, \
+window: {dur(q.window_s)}}}  # per window; restoring is never limited
 """
 
 

@@ -1,7 +1,8 @@
 """One health cycle, and the loop that repeats it: read, plan, act, record.
 
     nodes (API, watched) + DCGM series (Prometheus) -> Observed -> plan() -> actions
-      -> Executor (patches, Events) -> breaker and status ConfigMap -> metrics
+      -> Executor (patches, Events) -> Rebalancer (Kueue GPU quota, rebalancing.py)
+      -> breaker, quota window and status ConfigMap -> metrics
 
 The cycle is level-triggered: it reads the whole world each time and never
 remembers anything the cluster does not (the record is in node annotations and
@@ -31,6 +32,7 @@ from gridloop.health.observed import Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
 from gridloop.health.reading import build_observed, read
+from gridloop.health.rebalancing import Rebalancer
 from gridloop.health.refreshing import Refresher
 from gridloop.health.signals import SLOW_FAMILIES, queries
 from gridloop.health.watching import NodeCache
@@ -86,6 +88,9 @@ class HealthService:
         slow = {f: q for f, q in self.queries.items() if f in SLOW_FAMILIES}
         self.fast = {f: q for f, q in self.queries.items() if f not in SLOW_FAMILIES}
         self.slow = Refresher(prom, slow, policy.scrape_interval_s, policy.stale_after_s)
+        self.rebalancer = (
+            Rebalancer(api, policy, self.metrics, log) if policy.rebalance_quotas else None
+        )
 
     def observe(self) -> Observed:
         nodes = self.nodes.views() if self.nodes else None
@@ -107,18 +112,28 @@ class HealthService:
         now = self.clock()
         observed = self.observe()
         read_at = time.monotonic()
-        breaker = status.load(self.core, self.namespace)
+        saved = status.load(self.core, self.namespace)
+        breaker = saved.breaker
         actions = plan(observed, self.policy, breaker, now)
         planned_at = time.monotonic()
         outcomes = self.executor.apply(actions)
         phases = self.metrics.phase.labels
         phases("read").observe(read_at - start)
         phases("plan").observe(planned_at - read_at)
-        phases("act").observe(time.monotonic() - planned_at)
+        acted_at = time.monotonic()
+        phases("act").observe(acted_at - planned_at)
         # a quarantine the API server refused did not happen: it does not count in the window
         done = [o.action for o in outcomes if not o.failed]
         after = breakers.advance(breaker, done, observed.nodes, now, self.policy.limits.window_s)
         held = next((a.reason for a in actions if isinstance(a, Hold)), None)
+        removals = saved.removals
+        if self.rebalancer:
+            # the breaker as this cycle found it: the cycle that trips it still counts the
+            # nodes it took out; after that, quotas do not move until a reset
+            removals = self.rebalancer.cycle(
+                observed, done, held, breaker.tripped, saved.removals, now
+            )
+            phases("quota").observe(time.monotonic() - acted_at)
         summary = {
             "at": now,
             "held": held,
@@ -126,7 +141,7 @@ class HealthService:
             "actions": dict(Tally(type(a).__name__ for a in actions)),
         }
         if not self.policy.dry_run:
-            status.save(self.core, self.namespace, after, summary)
+            status.save(self.core, self.namespace, after, summary, removals)
             if after.tripped and not breaker.tripped:
                 ref = client.V1ObjectReference(
                     kind="ConfigMap", name=status.NAME, namespace=self.namespace
