@@ -253,6 +253,11 @@ def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) 
         for team in teams:
             spec = queues[team["name"]]["spec"]
             assert spec["cohortName"] == "gridloop"
+            # own quota in the next region before borrowing or preempting in this one
+            assert spec["flavorFungibility"] == {
+                "whenCanBorrow": "TryNextFlavor",
+                "whenCanPreempt": "TryNextFlavor",
+            }
             group = spec["resourceGroups"][0]
             assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
             # flavors in fleet order: cloud sites as listed, then on-prem
