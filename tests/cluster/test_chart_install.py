@@ -340,26 +340,38 @@ def test_sandbox_namespaces_only_admit_gvisor_pods(
     core.delete_namespaced_pod("sandboxed", namespace, grace_period_seconds=0)
 
 
-def test_team_namespaces_only_admit_queued_gpu_jobs(
+def test_a_gpu_job_in_a_team_namespace_never_bypasses_kueue(
     installed: Installed, local_cluster, eventually
 ) -> None:
-    batch = client.BatchV1Api(local_cluster.api)
+    batch, core = client.BatchV1Api(local_cluster.api), local_cluster.core
 
-    def create_unqueued() -> None:
-        name = f"unqueued-{uuid.uuid4().hex[:5]}"
-        batch.create_namespaced_job(TEAM_NAMESPACE, _gpu_job(name, None))
-        batch.delete_namespaced_job(name, TEAM_NAMESPACE, propagation_policy="Background")
-
-    refused = _refusal(
-        create_unqueued, "the queue policy to refuse a queue-less GPU job", eventually
-    )
-
-    assert QUEUE_MESSAGE in refused.body
-    created = batch.create_namespaced_job(TEAM_NAMESPACE, _gpu_job("queued", "default"))
+    # Where the team has its LocalQueue "default", Kueue's webhook (the real controller
+    # `gridloop local up` runs) files a queue-less Job there, suspended until admitted.
+    created = batch.create_namespaced_job(TEAM_NAMESPACE, _gpu_job("unqueued", None))
     try:
         assert created.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+        assert created.spec.suspend is True
     finally:
-        batch.delete_namespaced_job("queued", TEAM_NAMESPACE, propagation_policy="Background")
+        batch.delete_namespaced_job("unqueued", TEAM_NAMESPACE, propagation_policy="Background")
+
+    # A team namespace with no LocalQueue to default to: the policy refuses the Job.
+    bare = f"team-bare-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": bare, "labels": {"gridloop.io/team": "bare"}}})
+    try:
+
+        def create_unqueued() -> None:
+            name = f"unqueued-{uuid.uuid4().hex[:5]}"
+            batch.create_namespaced_job(bare, _gpu_job(name, None))
+            batch.delete_namespaced_job(name, bare, propagation_policy="Background")
+
+        refused = _refusal(
+            create_unqueued, "the queue policy to refuse a queue-less GPU job", eventually
+        )
+        assert QUEUE_MESSAGE in refused.body
+        queued = batch.create_namespaced_job(bare, _gpu_job("queued", "default"))
+        assert queued.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+    finally:
+        core.delete_namespace(bare, propagation_policy="Background")
 
 
 # --- upgrade, rollback, uninstall (last: it ends the release) ---

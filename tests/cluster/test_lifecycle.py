@@ -76,6 +76,7 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "kueue",
         "dcgm-sim",
         "prometheus",
     ]

@@ -118,7 +118,7 @@ def test_ports_from_base_are_distinct_and_apiserver_is_base_plus_43(base: int) -
     ports = Ports.from_base(base)
 
     by_process = ports.by_process()
-    assert len(set(by_process.values())) == len(by_process) == 9
+    assert len(set(by_process.values())) == len(by_process) == 13
     assert ports.etcd == base
     assert ports.apiserver == base + 43
     assert all(base <= port <= 65535 for port in by_process.values())
@@ -135,6 +135,10 @@ def test_by_process_names_every_control_plane_process() -> None:
         "dcgm-sim",
         "prometheus",
         "gridloop-health",
+        "kueue",
+        "kueue (webhook)",
+        "kueue (metrics)",
+        "kueue (visibility)",
     }
 
 

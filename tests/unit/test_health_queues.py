@@ -51,7 +51,10 @@ def test_a_flavor_is_its_name_and_node_labels() -> None:
 
 def test_each_flavor_s_gpu_quota_is_read_with_its_configured_and_manual_quota() -> None:
     obj = cluster_queue(
-        {CONFIGURED: json.dumps({"us-east-h100": 32}), MANUAL: "onprem-a100=8"},
+        {
+            CONFIGURED: json.dumps({"us-east-h100": {"configured": 32, "set": 16}}),
+            MANUAL: "onprem-a100=8",
+        },
         us_east_h100="16",
         eu_west_h100="32",
         onprem_a100="24",
@@ -92,7 +95,9 @@ def test_the_manual_annotation_is_flavor_equals_gpus(text: str, expected: dict[s
         ({MANUAL: "us-east-h100=1,us-east-h100=2"}, "32", "flavor us-east-h100 is given twice"),
         ({MANUAL: "eu-west-h100=8"}, "32", "flavor eu-west-h100 has no GPU quota in this queue"),
         ({CONFIGURED: "32"}, "32", f"annotation {CONFIGURED}: not gridloop's record"),
-        ({CONFIGURED: '{"us-east-h100": "x"}'}, "32", "not gridloop's record"),
+        ({CONFIGURED: '{"us-east-h100": 32}'}, "32", "not gridloop's record"),
+        ({CONFIGURED: '{"us-east-h100": {"configured": 32}}'}, "32", "not gridloop's record"),
+        ({CONFIGURED: '{"us-east-h100": {"configured": "x", "set": 1}}'}, "32", "record"),
         ({}, "1.5", "nominalQuota: '1.5' is not a whole number of GPUs"),
         ({}, "lots", "nominalQuota: 'lots' is not a quantity"),
     ],
@@ -113,7 +118,7 @@ def test_lowering_a_quota_records_what_it_was_and_keeps_everything_else() -> Non
     patch = quota_patch(obj, {"us-east-h100": (16, 32)})
     assert patch["metadata"] == {
         "resourceVersion": "41",
-        "annotations": {CONFIGURED: json.dumps({"us-east-h100": 32})},
+        "annotations": {CONFIGURED: json.dumps({"us-east-h100": {"configured": 32, "set": 16}})},
     }
     flavors = patch["spec"]["resourceGroups"][0]["flavors"]
     assert [r["nominalQuota"] for r in flavors[0]["resources"]] == ["96", "1Ti", "16"]
@@ -123,12 +128,25 @@ def test_lowering_a_quota_records_what_it_was_and_keeps_everything_else() -> Non
 
 
 def test_restoring_the_configured_quota_drops_the_record() -> None:
-    obj = cluster_queue(
-        {CONFIGURED: json.dumps({"us-east-h100": 32, "eu-west-h100": 32})},
-        us_east_h100="16",
-        eu_west_h100="24",
-    )
+    record = {
+        "us-east-h100": {"configured": 32, "set": 16},
+        "eu-west-h100": {"configured": 32, "set": 24},
+    }
+    obj = cluster_queue({CONFIGURED: json.dumps(record)}, us_east_h100="16", eu_west_h100="24")
     patch = quota_patch(obj, {"us-east-h100": (32, 32)})
-    assert json.loads(patch["metadata"]["annotations"][CONFIGURED]) == {"eu-west-h100": 32}
+    assert json.loads(patch["metadata"]["annotations"][CONFIGURED]) == {
+        "eu-west-h100": {"configured": 32, "set": 24}
+    }
     last = quota_patch(obj, {"us-east-h100": (32, 32), "eu-west-h100": (32, 32)})
     assert last["metadata"]["annotations"] == {CONFIGURED: None}  # null deletes it
+
+
+def test_a_quota_someone_else_changed_since_is_the_new_configured_quota() -> None:
+    # gridloop set 16 (of 32); then `helm upgrade` grew the pool's quota to 40
+    record = {"us-east-h100": {"configured": 32, "set": 16}}
+    obj = cluster_queue({CONFIGURED: json.dumps(record)}, us_east_h100="40")
+    [quota] = queue_quotas(obj)
+    assert (quota.nominal, quota.configured) == (40, 40)
+    # while the quota is still what gridloop set, the record stands
+    [kept] = queue_quotas(cluster_queue({CONFIGURED: json.dumps(record)}, us_east_h100="16"))
+    assert (kept.nominal, kept.configured) == (16, 32)

@@ -81,7 +81,7 @@ def test_unknown_component_is_a_usage_error() -> None:
 
 def test_unknown_recipe_is_a_key_error() -> None:
     with pytest.raises(KeyError):
-        recipe_for("kueue")
+        recipe_for("kuberay")
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,12 @@ carry what the plan needs besides:
 
 - `quota.gridloop.io/manual`: an operator's quota, `<flavor>=<GPUs>[,...]`, which
   always wins (see docs/queues.md);
-- `quota.gridloop.io/configured`: gridloop's own record, JSON `{flavor: GPUs}`, of the
-  quota each flavor had before gridloop lowered it, so it can give it back. A
-  flavor gridloop never changed is not in it, and its configured quota is the
-  nominalQuota as it stands.
+- `quota.gridloop.io/configured`: gridloop's own record, JSON
+  `{flavor: {"configured": GPUs, "set": GPUs}}`: the quota each flavor had before
+  gridloop changed it, so it can give it back, and the quota gridloop set. A
+  flavor not in it, or whose nominalQuota is no longer what gridloop set (a
+  `helm upgrade` or a person changed it since), has the nominalQuota as it
+  stands for its configured quota.
 
 Parsing is pure (`flavor_of`, `queue_quotas`); `read` is the one API call per
 kind per cycle. Kueue v0.17 serves v1beta2.
@@ -76,16 +78,25 @@ def parse_manual(text: str, where: str) -> dict[str, int]:
     return out
 
 
-def _configured(text: str | None, where: str) -> dict[str, int]:
+def _record(text: str | None, where: str) -> dict[str, dict[str, int]]:
+    """gridloop's record: {flavor: {"configured": GPUs, "set": GPUs}}."""
     if not text:
         return {}
     try:
         data = json.loads(text)
-        if isinstance(data, dict) and all(isinstance(v, int) for v in data.values()):
-            return {str(k): int(v) for k, v in data.items()}
     except ValueError:
-        pass
-    raise QuotaProblem(f"{where}: not gridloop's record (JSON {{flavor: GPUs}}): {text[:80]!r}")
+        data = None
+    if isinstance(data, dict) and all(
+        isinstance(v, dict)
+        and set(v) == {"configured", "set"}
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in v.values())
+        for v in data.values()
+    ):
+        return {str(k): dict(v) for k, v in data.items()}
+    raise QuotaProblem(
+        f'{where}: not gridloop\'s record (JSON {{flavor: {{"configured": N, "set": N}}}}): '
+        f"{text[:80]!r}"
+    )
 
 
 def queue_quotas(obj: Mapping[str, Any]) -> list[QueueQuota]:
@@ -94,7 +105,7 @@ def queue_quotas(obj: Mapping[str, Any]) -> list[QueueQuota]:
     name, notes = meta["name"], meta.get("annotations") or {}
     where = f"clusterqueue/{name}"
     manual = parse_manual(notes.get(MANUAL, ""), f"{where}: annotation {MANUAL}")
-    configured = _configured(notes.get(CONFIGURED), f"{where}: annotation {CONFIGURED}")
+    record = _record(notes.get(CONFIGURED), f"{where}: annotation {CONFIGURED}")
     out = []
     groups = (obj.get("spec") or {}).get("resourceGroups") or []
     for g, group in enumerate(groups):
@@ -104,12 +115,15 @@ def queue_quotas(obj: Mapping[str, Any]) -> list[QueueQuota]:
                     continue
                 path = f"spec.resourceGroups[{g}].flavors[{f}].resources[{r}].nominalQuota"
                 nominal = _gpus(resource.get("nominalQuota"), f"{where}: {path}")
+                mine = record.get(flavor["name"])
+                # gridloop's record counts only while the quota is still what gridloop set
+                configured = mine["configured"] if mine and mine["set"] == nominal else nominal
                 out.append(
                     QueueQuota(
                         queue=name,
                         flavor=flavor["name"],
                         nominal=nominal,
-                        configured=configured.get(flavor["name"], nominal),
+                        configured=configured,
                         manual=manual.get(flavor["name"]),
                     )
                 )
@@ -147,10 +161,11 @@ def quota_patch(obj: Mapping[str, Any], changes: Mapping[str, tuple[int, int]]) 
     `changes` is {flavor: (new quota, configured quota)}. The patch carries the
     resourceVersion it was computed from (a changed queue is a 409, read again), the
     whole resourceGroups list (a merge patch replaces lists whole), and gridloop's
-    record: a flavor below its configured quota is in it, a restored one is dropped.
+    record: a flavor away from its configured quota is in it with the quota set, a
+    restored one is dropped.
     """
     meta = obj["metadata"]
-    record = _configured((meta.get("annotations") or {}).get(CONFIGURED), meta["name"])
+    record = _record((meta.get("annotations") or {}).get(CONFIGURED), meta["name"])
     groups = json.loads(json.dumps((obj.get("spec") or {}).get("resourceGroups") or []))
     for group in groups:
         for flavor in group.get("flavors") or []:
@@ -163,7 +178,7 @@ def quota_patch(obj: Mapping[str, Any], changes: Mapping[str, tuple[int, int]]) 
             if after == configured:
                 record.pop(flavor["name"], None)
             else:
-                record[flavor["name"]] = configured
+                record[flavor["name"]] = {"configured": configured, "set": after}
     note = json.dumps(record, sort_keys=True) if record else None
     return {
         "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {CONFIGURED: note}},

@@ -72,7 +72,12 @@ def upgrade(request: Request, target: Target) -> Installed:
     helm = str(building.binary("helm"))
     cmd = [helm, "upgrade", "--install", request.release, str(request.chart)]
     cmd += ["--namespace", request.namespace, "--create-namespace", "--skip-crds"]
-    cmd += ["--color", "never"]
+    # Between releases the health service owns the GPU quotas of the team ClusterQueues
+    # (lowered to the healthy GPUs: docs/queues.md), and Helm 4's server-side apply would
+    # refuse to take them back. The chart's quotas win on upgrade; the service lowers them
+    # again within a cycle if GPUs are still out, and takes the chart's new value as the
+    # configured quota (health/gridloop/health/queues.py).
+    cmd += ["--color", "never", "--force-conflicts"]
     if target.wait:
         cmd += ["--wait", "--timeout", target.timeout]
     cmd += request.values_args()

@@ -37,7 +37,8 @@ SiteType = Literal["cloud", "on-prem"]
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
-_TOP_KEYS = ("apiVersion", "kind", "metadata", "sites")
+_TOP_KEYS = ("apiVersion", "kind", "metadata", "sites", "kueue")
+_KUEUE_KEYS = ("enabled",)
 _METADATA_KEYS = ("name",)
 _SITE_KEYS = ("name", "type", "region", "zones", "pools")
 _POOL_KEYS = ("name", "gpu", "nodes", "gpusPerNode", "instanceType")
@@ -102,11 +103,20 @@ class Site:
 
 
 @dataclass(frozen=True)
+class KueueOptions:
+    """What the fleet asks of Kueue. ``enabled``: `gridloop local up` runs Kueue's controller
+    (the chart installs Kueue by its own ``kueue.enabled``)."""
+
+    enabled: bool = False
+
+
+@dataclass(frozen=True)
 class Fleet:
     """The whole fleet, as validated by ``parse_fleet``."""
 
     name: str
     sites: tuple[Site, ...]
+    kueue: KueueOptions = KueueOptions()
 
     @property
     def node_count(self) -> int:
@@ -146,7 +156,16 @@ def parse_fleet(data: object, source: str = "fleet") -> Fleet:
     raw_sites = _list(_required(top, "sites", "", source), "sites", source)
     sites = tuple(_site(raw, f"sites[{i}]", source) for i, raw in enumerate(raw_sites))
     _check_unique_names(sites, source)
-    return Fleet(name=name, sites=sites)
+    kueue = _kueue(top.get("kueue", {}), source)
+    return Fleet(name=name, sites=sites, kueue=kueue)
+
+
+def _kueue(data: object, source: str) -> KueueOptions:
+    raw = _mapping(data, "kueue", source, _KUEUE_KEYS)
+    enabled = raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise FleetError(source, "kueue.enabled", f"must be true or false, got {_show(enabled)}")
+    return KueueOptions(enabled=enabled)
 
 
 def _site(data: object, path: str, source: str) -> Site:

@@ -23,10 +23,12 @@ from gridloop import versions
 from gridloop.errors import BuildError
 from gridloop.local import paths
 from gridloop.local.gomod import wrapper_for
+from gridloop.local.patches import PatchMismatch, apply_patch, overlay_document
 from gridloop.local.recipes import RECIPES, Recipe, binary_names
 from gridloop.versions import Component
 
 STAMP = ".complete"
+LOCAL_COPY = "upstream"  # the folder, inside a build's src/, holding a module to patch
 MIN_GO = (1, 26)
 
 
@@ -152,6 +154,9 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         )
     )
     upstream = Path(info["GoMod"]).read_text()
+    module_dir = Path(info["Dir"])
+    if recipe.patches:
+        module_dir = _copy_module(module_dir, src / LOCAL_COPY)
     wrapper = wrapper_for(
         path=f"gridloop.local/build/{comp.name}",
         module=comp.module,
@@ -159,6 +164,7 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         upstream_gomod=upstream,
         tools=recipe.binaries.values(),
         pin_version=lambda module: recipe.pin(comp, module),
+        local_copy=f"./{LOCAL_COPY}" if recipe.patches else None,
     )
     (src / "go.mod").write_text(wrapper.render())
     (src / "go.sum").unlink(missing_ok=True)
@@ -167,6 +173,7 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         shim.mkdir(parents=True, exist_ok=True)
         (shim / "main.go").write_text(_shim_source(pkg))
     _run([go, "mod", "tidy"], src, log, env, f"{what}: resolving modules")
+    overlay = _write_overlay(recipe, comp, module_dir, folder)
 
     targets = {name: f"./cmd/{name}" for name in recipe.shims} | recipe.binaries
     for name, pkg in targets.items():
@@ -176,6 +183,8 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         cmd = [go, "build", "-trimpath", "-o", str(tmp)]
         if recipe.tags:
             cmd += ["-tags", ",".join(recipe.tags)]
+        if overlay:
+            cmd += ["-overlay", str(overlay)]
         cmd += ["-ldflags", " ".join(["-s", "-w", *recipe.ldflags(comp)]), pkg]
         _run(cmd, src, log, env, f"{what}: {name}")
         tmp.replace(bindir / name)
@@ -183,6 +192,45 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
     (folder / STAMP).write_text(
         json.dumps({"fingerprint": recipe.fingerprint(comp), "built": time.time()}) + "\n"
     )
+
+
+def _copy_module(module_dir: Path, dest: Path) -> Path:
+    """A writable copy of a module from Go's cache, left as upstream ships it: the
+    patches go in through `-overlay`, which Go refuses for files in its module cache."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(module_dir, dest, copy_function=shutil.copyfile)
+    return dest
+
+
+def _write_overlay(recipe: Recipe, comp: Component, module_dir: Path, folder: Path) -> Path | None:
+    """Write the recipe's patched files and the `-overlay` file into the cache (patches.py)."""
+    if not recipe.patches:
+        return None
+    edited = folder / "overlay"
+    shutil.rmtree(edited, ignore_errors=True)
+    replace: dict[str, str] = {}
+    for patch in recipe.patches:
+        upstream = module_dir / patch.file
+        key = str(upstream)
+        before = replace.get(key)
+        if before is not None:
+            original: str | None = Path(before).read_text()
+        else:
+            original = upstream.read_text() if upstream.is_file() else None
+        try:
+            text = apply_patch(patch, original)
+        except PatchMismatch as err:
+            raise BuildError(
+                f"building {comp.name} {comp.version}: {err}; update the patch in "
+                "installer/gridloop/local/recipes.py for this version"
+            ) from err
+        copy = edited / patch.file
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text)
+        replace[key] = str(copy)
+    doc = folder / "overlay.json"
+    doc.write_text(overlay_document(replace))
+    return doc
 
 
 def _shim_source(pkg: str) -> str:

@@ -4,8 +4,10 @@ One cluster CA signs the API server's serving certificate and the client
 certificates of each component (admin in `system:masters`, controller-manager
 and scheduler under their system identities); a front-proxy CA serves the
 aggregation layer (Kueue's visibility API needs it); an RSA key pair signs
-service-account tokens. Existing files are kept, so `down` then `up` does not
-invalidate kubeconfigs a user has already exported.
+service-account tokens; the cluster CA also signs the loopback serving
+certificate of Kueue's webhooks and metrics (`<state>/kueue/certs/`). Existing files
+are kept, so `down` then `up` does not invalidate kubeconfigs a user has
+already exported.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gridloop.local import kueue_manifests
+
 VALIDITY = dt.timedelta(days=365)
 SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range
 API_SANS = (
@@ -38,6 +42,8 @@ CLIENTS = {
     "controller-manager": ("system:kube-controller-manager", []),
     "scheduler": ("system:kube-scheduler", []),
     "kwok": ("gridloop-kwok", ["system:masters"]),
+    # Kueue's controller as its upstream ServiceAccount, so upstream's RBAC applies to it
+    "kueue": (kueue_manifests.USER, list(kueue_manifests.GROUPS)),
 }
 CONTEXT = "gridloop-local"
 
@@ -127,6 +133,19 @@ def _signed_by(crt: Path, ca: x509.Certificate) -> bool:
     return True
 
 
+def _names(crt: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The DNS names and IP addresses a certificate is for: a leaf whose names changed
+    (a newer gridloop serving another name) is issued again."""
+    cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return (), ()
+    dns = tuple(sans.get_values_for_type(x509.DNSName))
+    ips = tuple(str(ip) for ip in sans.get_values_for_type(x509.IPAddress))
+    return dns, ips
+
+
 def issue(
     dir: Path,
     stem: str,
@@ -140,7 +159,7 @@ def issue(
 ) -> None:
     """Write `<stem>.crt`/`<stem>.key` signed by `ca`, unless a pair signed by it exists."""
     crt, keyf = dir / f"{stem}.crt", dir / f"{stem}.key"
-    if crt.exists() and keyf.exists() and _signed_by(crt, ca[0]):
+    if crt.exists() and keyf.exists() and _signed_by(crt, ca[0]) and _names(crt) == (dns, ips):
         return
     key = _key()
     now = dt.datetime.now(dt.UTC)
@@ -192,6 +211,15 @@ def ensure_pki(dir: Path) -> Pki:
             )
         )
     return Pki(dir)
+
+
+def ensure_loopback_server(pki: Pki, folder: Path, cn: str, dns: tuple[str, ...]) -> Path:
+    """`folder/tls.crt` and `tls.key` (the names controller-runtime and Kueue look for),
+    for 127.0.0.1, localhost and `dns`, signed by the cluster CA; return `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca = _ca(pki.dir, "ca", "gridloop-local-ca")
+    issue(folder, "tls", ca, cn, dns=("localhost", *dns), ips=("127.0.0.1",), server=True)
+    return folder
 
 
 def write_kubeconfigs(pki: Pki, server: str) -> None:

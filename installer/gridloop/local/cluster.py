@@ -23,9 +23,20 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop.bundle.sources import source_for
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import SIMULATED_LABEL, Fleet, FleetError, load_fleet, planned_nodes
-from gridloop.local import building, certs, flags, kube, processes, simulated_nodes, stages
+from gridloop.local import (
+    building,
+    certs,
+    flags,
+    kube,
+    kueue_installing,
+    kueue_manifests,
+    processes,
+    simulated_nodes,
+    stages,
+)
 from gridloop.local.flags import LOOPBACK, Ports
 from gridloop.local.processes import Proc
 from gridloop.local.state import State, load
@@ -34,6 +45,8 @@ Say = Callable[[str], None]
 
 # the order processes start in, and the reverse of the order they stop in
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# when the fleet asks for it: Kueue's controller, after its CRDs and webhooks are applied
+KUEUE = "kueue"
 # simulated dcgm-exporters, a real Prometheus scraping them, the health service
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 START_TIMEOUT = 60.0
@@ -104,10 +117,11 @@ def up(
     if previous and alive:
         say(f"found a partly running cluster ({', '.join(p.name for p in alive)}): restarting it")
         _stop_all(previous)
+    kueue = fleet.kueue.enabled
     extra = GPU_HEALTH if health_service else GPU_HEALTH[:-1]
-    components = [*ORDER, *(extra if gpu_health else ())]
+    components = [*ORDER, *((KUEUE,) if kueue else ()), *(extra if gpu_health else ())]
     processes.check_ports_free(ports.used_by(components))
-    binaries = _binaries(say, gpu_health)
+    binaries = _binaries(say, gpu_health, kueue)
 
     state = State(
         dir=state_dir,
@@ -132,13 +146,49 @@ def up(
         ready = simulated_nodes.wait_ready(
             api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )
+        _converge_kueue(state, binaries, api, say, kueue)
         if gpu_health:
             _ensure_namespace(api, flags.HEALTH_NAMESPACE)
-            _start_all(state, binaries, say, tuple(components[len(ORDER) :]))
+            if kueue:
+                kueue_installing.write_scraper_token(
+                    api, flags.HEALTH_NAMESPACE, _kueue_token(state)
+                )
+            _start_all(state, binaries, say, tuple(c for c in components if c in GPU_HEALTH))
     except BaseException:
         _stop_all(state)
         raise
     return UpResult(state, False, started, ready, result.created, result.deleted)
+
+
+def _converge_kueue(
+    state: State, binaries: dict[str, Path], api: client.ApiClient, say: Say, wanted: bool
+) -> None:
+    """Kueue's objects applied and its controller running, or its webhooks gone."""
+    if not wanted:
+        removed = kueue_installing.remove_webhooks(api)
+        if removed:
+            say(
+                f"removed {removed} Kueue webhook configurations (the fleet does not ask for Kueue)"
+            )
+        return
+    t0 = time.monotonic()
+    applied = kueue_installing.install(
+        binaries["kubectl"],
+        state.kubeconfig,
+        state.dir / "kueue",
+        state.ports.kueue_webhook,
+        state.dir / "pki" / "ca.crt",
+    )
+    say(f"kueue: {applied} objects applied, CRDs Established in {time.monotonic() - t0:.1f}s")
+    _start_all(state, binaries, say, (KUEUE,))
+
+
+def _kueue_token(state: State) -> Path:
+    return state.dir / "kueue" / "prometheus.token"
+
+
+def _kueue_certs(state: State) -> Path:
+    return state.dir / "kueue" / "certs"
 
 
 def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
@@ -153,12 +203,15 @@ def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
     return report
 
 
-def _binaries(say: Say, gpu_health: bool) -> dict[str, Path]:
-    missing = [c for c in building.missing_components() if gpu_health or c != "prometheus"]
+def _binaries(say: Say, gpu_health: bool, kueue: bool) -> dict[str, Path]:
+    unwanted = {"prometheus"} if not gpu_health else set()
+    unwanted |= {KUEUE} if not kueue else set()
+    missing = [c for c in building.missing_components() if c not in unwanted]
     if missing:
         say(f"building missing components: {', '.join(missing)}")
         building.build(missing, lambda p: say(f"  {p.binary} {p.version}: {p.status}"))
     names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
+    names += (KUEUE,) if kueue else ()
     found = {name: building.binary(name) for name in names}
     found["python"] = Path(sys.executable)
     return found
@@ -176,7 +229,7 @@ def _prepare(
     state: State, fleet_path: Path, binaries: dict[str, Path], fleet: Fleet, policy: Path
 ) -> None:
     d = state.dir
-    for sub in ("pki", "etcd", "logs", "bin", "sim", "prometheus"):
+    for sub in ("pki", "etcd", "logs", "bin", "sim", "prometheus", "kueue"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     (d / "etcd").chmod(0o700)
     pki = certs.ensure_pki(d / "pki")
@@ -191,9 +244,17 @@ def _prepare(
         link.unlink(missing_ok=True)
         link.symlink_to(binaries[tool])
     nodes = [p.name for p in planned_nodes(fleet)]
-    (d / "prometheus.yml").write_text(
-        yaml.safe_dump(flags.prometheus_config(state.ports, nodes), sort_keys=False)
-    )
+    token = _kueue_token(state) if fleet.kueue.enabled else None
+    scrape = flags.prometheus_config(state.ports, nodes, token, pki.path("ca.crt"))
+    (d / "prometheus.yml").write_text(yaml.safe_dump(scrape, sort_keys=False))
+    if fleet.kueue.enabled:
+        serving = certs.ensure_loopback_server(
+            pki, _kueue_certs(state), "kueue", (kueue_manifests.WEBHOOK_DNS_NAME,)
+        )
+        config = kueue_manifests.controller_config(
+            state.ports, str(serving), source_for("kueue").kueue_frameworks
+        )
+        (d / "kueue" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     (d / "health-policy.yaml").write_bytes(policy.read_bytes())
 
 
@@ -225,7 +286,15 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             return flags.health(
                 binaries["python"], ports, state.kubeconfig, state.dir / "health-policy.yaml"
             )
+        case "kueue":
+            return flags.kueue(
+                binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
+            )
     raise KeyError(name)
+
+
+def _env(name: str, state: State) -> dict[str, str] | None:
+    return flags.kueue_env(_kueue_certs(state)) if name == KUEUE else None
 
 
 def _health_url(name: str, ports: Ports) -> str:
@@ -238,6 +307,7 @@ def _health_url(name: str, ports: Ports) -> str:
         "dcgm-sim": f"http://{LOOPBACK}:{ports.dcgm_sim}/healthz",
         "prometheus": f"http://{LOOPBACK}:{ports.prometheus}/-/ready",
         "gridloop-health": f"http://{LOOPBACK}:{ports.health}/readyz",
+        "kueue": f"http://{LOOPBACK}:{ports.kueue}/readyz",
     }[name]
 
 
@@ -263,8 +333,9 @@ def healthy(name: str, state: State) -> bool:
 def _start_all(state: State, binaries: dict[str, Path], say: Say, names: tuple[str, ...]) -> None:
     for name in names:
         t0 = time.monotonic()
+        log = state.dir / "logs" / f"{name}.log"
         proc = processes.start(
-            name, _argv(name, state, binaries), state.dir / "logs" / f"{name}.log", state.dir
+            name, _argv(name, state, binaries), log, state.dir, _env(name, state)
         )
         state.processes.append(proc)
         state.save()

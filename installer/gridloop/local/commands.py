@@ -23,7 +23,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verbs = local.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     p = verbs.add_parser("build", help="build the control-plane binaries into the cache")
-    p.add_argument("components", nargs="*", help="only these (etcd, kubernetes, kwok, helm)")
+    p.add_argument(
+        "components",
+        nargs="*",
+        help="only these (etcd, kubernetes, kwok, helm, helm3, kueue, prometheus)",
+    )
     p.set_defaults(func=cmd_build)
 
     from gridloop.local import cluster_commands

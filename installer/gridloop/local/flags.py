@@ -11,12 +11,16 @@ cluster, and why:
   kubelet port, so `kubectl logs` never leaves the machine.
 - the node heartbeat is slow (see stages.py) and the grace period is long to
   match, so 5,000 simulated nodes do not saturate two cores.
+- Kueue's listeners (webhooks, metrics, health probes, visibility server) are set
+  in its config file (kueue_manifests.py), not by flags, each on its own port.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from gridloop.local.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -33,6 +37,10 @@ _OFFSETS = {
     "dcgm_sim": 5,
     "prometheus": 6,
     "health": 7,
+    "kueue": 8,  # Kueue's health probes (/healthz, /readyz)
+    "kueue_webhook": 9,
+    "kueue_metrics": 10,
+    "kueue_visibility": 11,
     "apiserver": 43,
 }
 DEFAULT_BASE_PORT = 36400
@@ -48,6 +56,10 @@ class Ports:
     dcgm_sim: int
     prometheus: int
     health: int
+    kueue: int
+    kueue_webhook: int
+    kueue_metrics: int
+    kueue_visibility: int
     apiserver: int
 
     @classmethod
@@ -69,14 +81,21 @@ class Ports:
             "dcgm_sim": "dcgm-sim",
             "prometheus": "prometheus",
             "health": "gridloop-health",
+            "kueue": "kueue",
+            "kueue_webhook": "kueue (webhook)",
+            "kueue_metrics": "kueue (metrics)",
+            "kueue_visibility": "kueue (visibility)",
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}
 
     def used_by(self, processes: list[str]) -> dict[str, int]:
-        """The ports these processes listen on (etcd's peer port comes with etcd)."""
-        wanted = {*processes, *(["etcd (peer)"] if "etcd" in processes else [])}
-        return {owner: port for owner, port in self.by_process().items() if owner in wanted}
+        """The ports these processes listen on (`etcd (peer)` comes with etcd, and so on)."""
+        return {
+            owner: port
+            for owner, port in self.by_process().items()
+            if owner.split(" (")[0] in processes
+        }
 
 
 def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
@@ -185,6 +204,7 @@ def kwok(binary: Path, ports: Ports, pki: Path, config: Path, node_label: str) -
 
 SCRAPE_INTERVAL = "5s"
 EXPORTER_JOB = "dcgm-exporter"
+KUEUE_JOB = "kueue"
 HEALTH_NAMESPACE = "gridloop-system"
 
 
@@ -210,27 +230,58 @@ def prometheus(binary: Path, ports: Ports, config: Path, data: Path) -> list[str
     ]
 
 
-def prometheus_config(ports: Ports, nodes: list[str]) -> dict[str, object]:
-    """Scrape each simulated node's exporter as its own target, labelled with its node."""
+def prometheus_config(
+    ports: Ports, nodes: list[str], kueue_token: Path | None = None, ca: Path | None = None
+) -> dict[str, object]:
+    """Scrape each simulated node's exporter as its own target, labelled with its node;
+    with `kueue_token`, also Kueue's HTTPS /metrics with that bearer token, checked
+    against the cluster CA `ca` that signed Kueue's serving certificate."""
+    jobs: list[dict[str, object]] = [
+        {
+            "job_name": EXPORTER_JOB,
+            "static_configs": [
+                {
+                    "targets": [f"{LOOPBACK}:{ports.dcgm_sim}"],
+                    "labels": {
+                        "node": node,
+                        "instance": node,
+                        "__metrics_path__": f"/nodes/{node}/metrics",
+                    },
+                }
+                for node in nodes
+            ],
+        }
+    ]
+    if kueue_token is not None:
+        jobs.append(
+            {
+                "job_name": KUEUE_JOB,
+                "scheme": "https",
+                "authorization": {"credentials_file": str(kueue_token)},
+                "tls_config": {"ca_file": str(ca)},
+                "static_configs": [{"targets": [f"{LOOPBACK}:{ports.kueue_metrics}"]}],
+            }
+        )
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-        "scrape_configs": [
-            {
-                "job_name": EXPORTER_JOB,
-                "static_configs": [
-                    {
-                        "targets": [f"{LOOPBACK}:{ports.dcgm_sim}"],
-                        "labels": {
-                            "node": node,
-                            "instance": node,
-                            "__metrics_path__": f"/nodes/{node}/metrics",
-                        },
-                    }
-                    for node in nodes
-                ],
-            }
-        ],
+        "scrape_configs": jobs,
     }
+
+
+def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[str]:
+    """Kueue's controller manager; its listeners are set in `config` (kueue_manifests.py)."""
+    return [
+        str(binary),
+        f"--config={config}",
+        f"--kubeconfig={kubeconfig}",
+        f"--visibility-server-port={ports.kueue_visibility}",
+    ]
+
+
+def kueue_env(cert_dir: Path) -> dict[str, str]:
+    """Where the patched build (recipes.KUEUE_PATCHES) reads its metrics and visibility
+    certificates: the same loopback serving certificate as its webhooks."""
+    return {KUEUE_METRICS_CERT_ENV: str(cert_dir), KUEUE_VISIBILITY_CERT_ENV: str(cert_dir)}
 
 
 def health(python: Path, ports: Ports, kubeconfig: Path, policy: Path) -> list[str]:

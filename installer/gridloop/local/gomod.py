@@ -68,6 +68,8 @@ class WrapperModule:
     pins: tuple[tuple[str, str], ...] = ()
     tools: tuple[str, ...] = ()
     godebug: str | None = None
+    # module -> folder (relative to the wrapper) holding a copy of it to build from
+    local: tuple[tuple[str, str], ...] = ()
 
     def render(self) -> str:
         lines = [
@@ -80,8 +82,10 @@ class WrapperModule:
         if self.godebug:
             lines += ["", f"godebug {self.godebug}"]
         lines += ["", *_block("require", (f"{m} {v}" for m, v in self.requires))]
-        if self.pins:
-            lines += ["", *_block("replace", (f"{m} => {m} {v}" for m, v in self.pins))]
+        replaces = [f"{m} => {m} {v}" for m, v in self.pins]
+        replaces += [f"{m} => {folder}" for m, folder in self.local]
+        if replaces:
+            lines += ["", *_block("replace", replaces)]
         if self.tools:
             lines += ["", *_block("tool", self.tools)]
         return "\n".join(lines) + "\n"
@@ -98,12 +102,15 @@ def wrapper_for(
     upstream_gomod: str,
     tools: Iterable[str],
     pin_version: Callable[[str], str],
+    local_copy: str | None = None,
 ) -> WrapperModule:
     """A wrapper that requires `module@version` and pins what it replaced locally.
 
     `pin_version(module)` gives the version to pin each locally replaced module
     to (v0.N.M for Kubernetes' staging modules, the same version for etcd's).
     The release's `godebug` line is copied so the binary behaves as upstream's.
+    With `local_copy` (a folder such as `./upstream`), the module itself is built from
+    that copy: Go refuses `-overlay` edits of files in its module cache (patches.py).
     """
     pins = tuple((m, pin_version(m)) for m in locally_replaced_modules(upstream_gomod))
     return WrapperModule(
@@ -113,4 +120,5 @@ def wrapper_for(
         requires=((module, version),),
         pins=pins,
         tools=tuple(tools),
+        local=((module, local_copy),) if local_copy else (),
     )

@@ -33,11 +33,15 @@ class Proc:
     start_ticks: int = 0
 
 
-def start(name: str, argv: list[str], log: Path, cwd: Path) -> Proc:
+def start(
+    name: str, argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+) -> Proc:
+    """Start `argv` in its own session; `env` is added to this process's environment."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         child = subprocess.Popen(
             argv,
+            env={**os.environ, **env} if env else None,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -8,6 +8,8 @@
 <state>/logs/          one log per process
 <state>/kwok.yaml      kwok's configuration and stages
 <state>/fleet.yaml     the fleet the cluster was started with
+<state>/kueue/         Kueue's config, serving certificate (certs/), applied objects, and
+                       the token Prometheus scrapes it with (when the fleet asks for Kueue)
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""Put Kueue's objects into the local cluster before its controller starts, or take its
+webhooks out when the fleet does not ask for Kueue.
+
+The objects come from upstream's own rendering, obtained as `gridloop bundle`
+does (the rendering cache, else the Go module and `kubectl kustomize`), and are
+applied with the built kubectl's server-side apply, so `up` on an existing
+cluster converges to the same objects. Without Kueue, its webhook
+configurations must go: they fail closed, so a stale one would refuse every
+new pod. Its CRDs stay, with whatever objects users made of them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop import versions
+from gridloop.bundle import caching, fetching, manifests
+from gridloop.bundle.manifests import Doc, ManifestProblem
+from gridloop.bundle.sources import source_for
+from gridloop.errors import BuildError, ClusterError, one_line
+from gridloop.local import kueue_manifests
+from gridloop.local.kueue_manifests import LOCAL_LABEL
+
+FIELD_MANAGER = "gridloop-local"
+ESTABLISHED_TIMEOUT = 60  # seconds
+TOKEN_SECONDS = 365 * 24 * 3600  # as long as the local certificates
+
+
+def upstream_objects() -> list[Doc]:
+    """Kueue's rendered config/default, from the rendering cache when it is there."""
+    source, comp = source_for("kueue"), versions.get("kueue")
+    text = caching.read(source, comp)
+    fresh = text is None
+    if text is None:
+        text = fetching.render(source, comp)
+    try:
+        docs = manifests.parse(text, f"{comp.name} rendering")
+    except ManifestProblem as problem:
+        raise BuildError(f"{fetching.label(comp)}: {problem}") from problem
+    if fresh:
+        caching.write(source, comp, text)
+    return docs
+
+
+def install(kubectl: Path, kubeconfig: Path, folder: Path, webhook_port: int, ca: Path) -> int:
+    """Apply the local objects (kueue_manifests.local_objects); return how many, once
+    every CRD is Established."""
+    comp = versions.get("kueue")
+    try:
+        docs = kueue_manifests.local_objects(
+            upstream_objects(), webhook_port, kueue_manifests.ca_bundle(ca.read_bytes())
+        )
+    except ManifestProblem as problem:
+        raise BuildError(f"{fetching.label(comp)}: {problem}") from problem
+    objects = folder / "objects.yaml"
+    objects.write_text(manifests.dump(docs))
+    base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
+    apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
+    _kubectl(
+        [*base, *apply, "-f", str(objects)],
+        "applying Kueue's CRDs, RBAC and webhook configurations",
+    )
+    crds = [f"crd/{name}" for name in kueue_manifests.crd_names(docs)]
+    _kubectl(
+        [*base, "wait", "--for=condition=Established", f"--timeout={ESTABLISHED_TIMEOUT}s", *crds],
+        "waiting for Kueue's CRDs to be Established",
+    )
+    return len(docs)
+
+
+def _kubectl(argv: list[str], what: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClusterError(f"{what} failed: {last[:300]}")
+
+
+def remove_webhooks(api: client.ApiClient) -> int:
+    """Delete the webhook configurations an earlier `up` applied for Kueue; return how many."""
+    admission = client.AdmissionregistrationV1Api(api)
+    removed = 0
+    try:
+        for hooks in (
+            admission.list_mutating_webhook_configuration(label_selector=LOCAL_LABEL).items,
+            admission.list_validating_webhook_configuration(label_selector=LOCAL_LABEL).items,
+        ):
+            removed += len(hooks)
+        admission.delete_collection_mutating_webhook_configuration(label_selector=LOCAL_LABEL)
+        admission.delete_collection_validating_webhook_configuration(label_selector=LOCAL_LABEL)
+    except ApiException as err:
+        raise ClusterError(f"removing Kueue's webhook configurations: {one_line(err)}") from err
+    return removed
+
+
+def write_scraper_token(api: client.ApiClient, namespace: str, path: Path) -> None:
+    """Create Prometheus' ServiceAccount and binding, and write a token for it to `path`."""
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
+    account, binding = kueue_manifests.scraper_objects(namespace)
+    try:
+        _create(lambda: core.create_namespaced_service_account(namespace, account))
+        _create(lambda: rbac.create_cluster_role_binding(binding))
+        token = core.create_namespaced_service_account_token(
+            account["metadata"]["name"],
+            namespace,
+            {"spec": {"expirationSeconds": TOKEN_SECONDS}},
+        ).status.token
+    except ApiException as err:
+        raise ClusterError(f"a token for Prometheus to scrape Kueue: {one_line(err)}") from err
+    path.write_text(token)
+    path.chmod(0o600)
+
+
+def _create(call: Callable[[], object]) -> None:
+    try:
+        call()
+    except ApiException as err:
+        if err.status != 409:  # already there from an earlier `up`
+            raise

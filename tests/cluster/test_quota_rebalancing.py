@@ -1,0 +1,248 @@
+"""Kueue quota follows healthy GPUs: real Kueue, real Prometheus, the real health service.
+
+Each test gives a team a ClusterQueue over three pools in failover order (region one's
+H100s, region two's H100s, the on-prem A100s: kueue_scenario.py), runs a HealthService
+(the real code, in this process, in a thread like the deployed loop) against the local
+cluster's Prometheus and the Kueue controller `gridloop local up` runs, and submits
+8-GPU Jobs that Kueue admits or keeps pending for real. Simulated pods run for an hour,
+so the quota they hold stays held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from kueue_scenario import TeamQueues
+from prometheus_api_client import PrometheusConnect
+
+from gridloop.health import status
+from gridloop.health.observed import Breaker
+from gridloop.health.policy import Limits, Policy, QuotaLimits
+from gridloop.health.queues import CONFIGURED, MANUAL
+from gridloop.health.service import HealthService
+from gridloop.local.flags import SCRAPE_INTERVAL
+
+pytestmark = pytest.mark.cluster
+
+SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
+POLICY = dataclasses.replace(
+    Policy(),
+    hold_down_s=3.0,
+    scrape_interval_s=SCRAPE_S,
+    limits=Limits(
+        fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=50, pool_max_percent=100
+    ),
+    quota_limits=QuotaLimits(max_removed_gpus=64, max_removed_percent=100, window_s=3600),
+)
+# the team's GPU quota: each whole pool of the default fleet
+QUOTA = {"us-east": 64, "eu-west": 32, "onprem-fra": 64}
+
+
+def _service(local_cluster, namespace, policy=POLICY, url=None) -> HealthService:
+    url = url or f"http://127.0.0.1:{local_cluster.state.ports.prometheus}"
+    return HealthService(
+        local_cluster.api, PrometheusConnect(url=url, retry=None), policy, namespace, log=print
+    )
+
+
+@pytest.fixture
+def team(local_cluster, namespace) -> Iterator[TeamQueues]:
+    queues = TeamQueues(local_cluster.api, namespace, f"qt{uuid.uuid4().hex[:4]}")
+    yield queues
+    queues.delete()
+
+
+@pytest.fixture
+def looping() -> Iterator[Callable[[HealthService], None]]:
+    """Run a service's loop (one cycle a second) in a thread until the test ends."""
+    stops: list[tuple[threading.Event, threading.Thread]] = []
+
+    def start(service: HealthService) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=service.run, args=(1.0, stop), daemon=True)
+        thread.start()
+        stops.append((stop, thread))
+
+    yield start
+    for stop, thread in stops:
+        stop.set()
+        thread.join(timeout=30)
+
+
+@pytest.fixture
+def cordon(local_cluster) -> Iterator[Callable[[str], None]]:
+    """Cordon a node as a person would; uncordoned again after the test."""
+    done: list[str] = []
+
+    def cordon_node(name: str) -> None:
+        local_cluster.core.patch_node(name, {"spec": {"unschedulable": True}})
+        done.append(name)
+
+    yield cordon_node
+    for name in done:
+        local_cluster.core.patch_node(name, {"spec": {"unschedulable": False}})
+
+
+def _first_fault_sample(local_cluster, nodes: set[str], timeout: float = 30.0) -> float:
+    """The time of the first DCGM sample showing an XID on one of `nodes` (epoch seconds)."""
+    prom = PrometheusConnect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stamps = [
+            float(r["value"][1])
+            for r in prom.custom_query("timestamp(DCGM_FI_DEV_XID_ERRORS > 0)")
+            if {r["metric"].get("Hostname"), r["metric"].get("hostname")} & nodes
+        ]
+        if stamps:
+            return min(stamps)
+        time.sleep(0.1)
+    pytest.fail(f"no XID sample for {sorted(nodes)} in Prometheus within {timeout:.0f}s")
+
+
+def _idle_nodes(local_cluster, namespace: str, site: str, pool: str) -> list[str]:
+    """The site's nodes running none of the team's pods."""
+    core = local_cluster.core
+    busy = {p.spec.node_name for p in core.list_namespaced_pod(namespace).items}
+    selector = f"gridloop.io/site={site},gridloop.io/pool={pool}"
+    return sorted(
+        n.metadata.name
+        for n in core.list_node(label_selector=selector).items
+        if n.metadata.name not in busy
+    )
+
+
+def _fill(team: TeamQueues, prefix: str, count: int, site: str) -> None:
+    names = [f"{prefix}-{i}" for i in range(count)]
+    for name in names:
+        team.submit(name)
+    placed = team.wait_placed(names)
+    assert {n: p.flavor for n, p in placed.items()} == {n: team.flavor_of(site) for n in names}
+
+
+def test_a_region_losing_gpus_loses_their_quota_so_work_falls_over_and_comes_back(
+    local_cluster, namespace, team, sim, eventually, settle, tainted, looping, gridloop
+):
+    service = _service(local_cluster, namespace)
+    settle(service)
+    team.create(QUOTA)
+    looping(service)
+
+    # region one: six of its eight nodes busy with 8-GPU jobs
+    _fill(team, "us-east", 6, "us-east")
+    eventually(
+        lambda: len(_idle_nodes(local_cluster, namespace, "us-east", "h100")) == 2,
+        "six us-east pods scheduled, one per node",
+    )
+    failing = _idle_nodes(local_cluster, namespace, "us-east", "h100")
+
+    # its two idle nodes lose a GPU each (XID 79: fallen off the bus)
+    for node in failing:
+        sim("--node", node, "--gpu", "0", "--xid", "79")
+    fault_seen = _first_fault_sample(local_cluster, set(failing))
+    eventually(lambda: team.quota("us-east") == 48, "us-east's quota to drop by 16 GPUs", 30)
+    assert set(failing) <= tainted()
+    # Without the drop, Kueue would admit these in us-east (48 of 64 used) onto tainted nodes.
+    team.submit("after-fault-0")
+    team.submit("after-fault-1")
+    placed = team.wait_placed(["after-fault-0", "after-fault-1"])
+    admitted = time.time()
+    assert {p.flavor for p in placed.values()} == {team.flavor_of("eu-west")}
+    assert admitted - fault_seen <= 10, f"{admitted - fault_seen:.1f}s from fault to admission"
+    assert team.quota("eu-west") == 32 and team.quota("onprem-fra") == 64
+
+    # region two fills up too: the next job goes on-prem
+    _fill(team, "eu-west", 2, "eu-west")
+    _fill(team, "spill", 1, "onprem-fra")
+
+    # the faults clear: after the hold-down the nodes and their quota come back
+    gridloop("sim", "clear", "--state-dir", str(local_cluster.state.dir))
+    eventually(
+        lambda: team.quota("us-east") == 64,
+        "us-east's quota restored",
+        timeout=3 * SCRAPE_S + POLICY.hold_down_s + 10,
+    )
+    assert not set(failing) & tainted()
+    assert CONFIGURED not in (team.cluster_queue()["metadata"].get("annotations") or {})
+    _fill(team, "back", 2, "us-east")
+
+    # nothing lost: every job submitted is admitted, finished, or pending with a reason
+    placements = team.placements()
+    assert sorted(placements) == sorted(team.submitted)
+    assert all(p.flavor or p.reason for p in placements.values())
+    assert sum(1 for p in placements.values() if p.flavor) == len(team.submitted)
+
+
+def test_with_prometheus_unreachable_quotas_do_not_move(
+    local_cluster, namespace, team, cordon, eventually
+):
+    team.create(QUOTA)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    blind = _service(local_cluster, namespace, url=f"http://127.0.0.1:{closed}")
+    node = _idle_nodes(local_cluster, namespace, "us-east", "h100")[0]
+    cordon(node)  # eight GPUs out of service, for everyone to see but Prometheus
+
+    for _ in range(3):
+        assert blind.cycle().held
+    assert team.quota("us-east") == 64
+
+    # the same cordon, seen with Prometheus answering, does move it: the test can fail
+    seeing = _service(local_cluster, namespace)
+    eventually(lambda: seeing.cycle() and team.quota("us-east") == 56, "quota lowered by 8")
+
+
+def test_a_tripped_breaker_freezes_quotas_until_it_is_reset(
+    local_cluster, namespace, team, cordon, eventually, gridloop
+):
+    team.create(QUOTA)
+    service = _service(local_cluster, namespace)
+    status.save(local_cluster.core, namespace, Breaker(tripped=True, reason="test"), {})
+    cordon(_idle_nodes(local_cluster, namespace, "us-east", "h100")[0])
+
+    for _ in range(3):
+        service.cycle()
+    assert team.quota("us-east") == 64
+
+    reset = gridloop(
+        "health",
+        "reset-breaker",
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        str(local_cluster.kubeconfig),
+    )
+    assert reset.returncode == 0, reset.stderr
+    eventually(lambda: service.cycle() and team.quota("us-east") == 56, "quota lowered by 8")
+
+
+def test_an_operator_s_manual_quota_is_kept_through_a_fault_and_a_recovery(
+    local_cluster, namespace, team, sim, eventually, settle, tainted, gridloop
+):
+    service = _service(local_cluster, namespace)
+    settle(service)
+    manual = f"{team.flavor_of('us-east')}=40"
+    team.create(QUOTA, annotations={MANUAL: manual})
+    eventually(lambda: service.cycle() and team.quota("us-east") == 40, "the manual quota")
+
+    node = _idle_nodes(local_cluster, namespace, "us-east", "h100")[0]
+    sim("--node", node, "--gpu", "2", "--xid", "79")
+    eventually(lambda: service.cycle() and node in tainted(), f"{node} quarantined", 30)
+    for _ in range(2):
+        service.cycle()
+    assert team.quota("us-east") == 40
+
+    gridloop("sim", "clear", "--state-dir", str(local_cluster.state.dir))
+    eventually(
+        lambda: service.cycle() and node not in tainted(),
+        f"{node} released",
+        timeout=3 * SCRAPE_S + POLICY.hold_down_s + 10,
+    )
+    assert team.quota("us-east") == 40
+    assert team.cluster_queue()["metadata"]["annotations"][MANUAL] == manual
