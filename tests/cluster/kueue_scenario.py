@@ -159,6 +159,16 @@ class TeamQueues:
         self.batch.create_namespaced_job(self.namespace, job)
         self.submitted.append(name)
 
+    def finish(self, names: list[str], timeout: float = 30.0) -> None:
+        """Delete these Jobs and wait until Kueue has let go of their quota."""
+        for name in names:
+            self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background")
+        deadline = time.monotonic() + timeout
+        while set(names) & set(self.placements()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Workloads of {names} still there after {timeout:.0f}s")
+            time.sleep(0.1)
+
     def placements(self) -> dict[str, Placement]:
         """Every Job's Workload: the flavor it was admitted in, or why it waits."""
         items = self.custom.list_namespaced_custom_object(

@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 from kubernetes import client
-from prometheus_api_client import PrometheusConnect
 
 from gridloop.health.policy import Policy
+from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
 from gridloop.local import processes
 
@@ -49,7 +49,7 @@ def test_prometheus_stopped_mid_run_means_zero_actions_then_it_resumes(
     policy = dataclasses.replace(Policy(), hold_down_s=3.0, scrape_interval_s=5.0)
     service = HealthService(
         local_cluster.api,
-        PrometheusConnect(url=url, retry=None),
+        connect(url),
         policy,
         namespace,
         log=lambda _m: None,

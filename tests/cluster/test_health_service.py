@@ -17,6 +17,7 @@ from prometheus_api_client import PrometheusConnect
 from gridloop.health import status
 from gridloop.health.actions import Hold, Quarantine, Warn
 from gridloop.health.policy import Limits, Policy
+from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
 from gridloop.local.flags import SCRAPE_INTERVAL
 
@@ -38,7 +39,7 @@ def _service(local_cluster, namespace, policy=POLICY, url=None) -> HealthService
     url = url or f"http://127.0.0.1:{local_cluster.state.ports.prometheus}"
     return HealthService(
         local_cluster.api,
-        PrometheusConnect(url=url, retry=None),
+        connect(url),
         policy,
         namespace,
         log=lambda _m: None,

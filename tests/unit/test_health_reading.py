@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 import socket
-
-from prometheus_api_client import PrometheusConnect
+import time
 
 from gridloop.health.observed import NodeView
 from gridloop.health.policy import Policy, Signals
-from gridloop.health.reading import build_observed, read
+from gridloop.health.reading import build_observed, connect, read
 from gridloop.health.signals import SLOW_FAMILIES, queries
 
 NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
@@ -108,9 +107,23 @@ def test_an_unreachable_prometheus_is_one_line_naming_the_family():
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    prom = PrometheusConnect(url=f"http://127.0.0.1:{port}", retry=None)
+    prom = connect(f"http://127.0.0.1:{port}")
 
     answer = read(prom, {"up": "up"})
 
     assert isinstance(answer, str) and answer.startswith("query 'up' failed: ")
     assert "\n" not in answer and len(answer) < 260
+
+
+def test_an_outage_reads_the_same_every_cycle_so_it_is_logged_once():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    prom = connect(f"http://127.0.0.1:{port}")
+
+    first = read(prom, {"up": "up"})
+    time.sleep(0.01)  # another evaluation time
+    second = read(prom, {"up": "up"})
+
+    assert first == second
+    assert "?query=" not in str(first)

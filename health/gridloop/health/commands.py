@@ -115,15 +115,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--workers {args.workers}: must be between 1 and 256")
     host, port = _listen(args.listen)
 
-    from prometheus_api_client import PrometheusConnect
-
     from gridloop.health.leadership import Lease
     from gridloop.health.metrics import Metrics, serve
+    from gridloop.health.reading import connect
     from gridloop.health.service import HealthService
     from gridloop.health.watching import NodeCache
 
     api = _api(args.kubeconfig, connections=args.workers)
-    prom = PrometheusConnect(url=args.prometheus_url, retry=None)
+    prom = connect(args.prometheus_url)
     metrics = Metrics()
     log = _logger()
     nodes = None if args.once else NodeCache(api, policy.opt_out_label, log).start()

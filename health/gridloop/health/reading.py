@@ -10,11 +10,15 @@ function here that talks to Prometheus: any failure becomes
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
+
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
@@ -100,6 +104,18 @@ def _newest_age(present: list[Sample]) -> float | None:
     return max(0.0, min(ages)) if ages else None
 
 
+_QUERY_STRING = re.compile(r"\?query=\S*")
+
+
+def connect(url: str) -> PrometheusConnect:
+    """A Prometheus client that does not retry: the next cycle is the retry.
+
+    prometheus-api-client's default (`retry=None`) retries a refused connection three
+    times with backoff, so one read of an unreachable Prometheus took 6 s per query.
+    """
+    return PrometheusConnect(url=url, retry=Retry(total=0))
+
+
 QUERIES_AT_ONCE = 4  # a dozen queries; Prometheus answers several at once on its own cores
 
 
@@ -127,6 +143,9 @@ def read(prom: Any, queries: dict[str, str]) -> dict[str, list[Sample]] | str:
     out: dict[str, list[Sample]] = {}
     for family, answer in answers.items():
         if isinstance(answer, Exception):
-            return f"query {family!r} failed: {one_line(answer, 200)}"
+            # the URL's query string (the PromQL and the evaluation time) would make every
+            # cycle's reason a new one, and a lasting outage is logged when it starts
+            text = _QUERY_STRING.sub("", one_line(answer, 400))[:200]
+            return f"query {family!r} failed: {text}"
         out[family] = answer
     return out
