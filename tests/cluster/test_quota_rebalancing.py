@@ -279,3 +279,28 @@ def test_an_operator_s_manual_quota_is_kept_through_a_fault_and_a_recovery(
     )
     assert team.quota("us-east") == 40
     assert team.cluster_queue()["metadata"]["annotations"][MANUAL] == manual
+
+
+def test_dry_run_says_what_it_would_change_and_changes_nothing(
+    local_cluster, namespace, team, cordon, eventually
+):
+    team.create(QUOTA)
+    said: list[str] = []
+    dry = HealthService(
+        local_cluster.api,
+        connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}"),
+        dataclasses.replace(POLICY, dry_run=True),
+        namespace,
+        log=said.append,
+    )
+    cordon(_idle_nodes(local_cluster, namespace, "us-east", "h100")[0])
+
+    planned = f"quota lowered {team.queue}/{team.flavor_of('us-east')} (dry-run)"
+    eventually(lambda: dry.cycle() and any(line.startswith(planned) for line in said), planned)
+
+    assert team.quota("us-east") == 64
+    assert CONFIGURED not in (team.cluster_queue()["metadata"].get("annotations") or {})
+    events = local_cluster.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={team.queue}"
+    )
+    assert events.items == []

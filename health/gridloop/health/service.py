@@ -126,6 +126,7 @@ class HealthService:
         done = [o.action for o in outcomes if not o.failed]
         after = breakers.advance(breaker, done, observed.nodes, now, self.policy.limits.window_s)
         held = next((a.reason for a in actions if isinstance(a, Hold)), None)
+        self._log(outcomes)
         removals = saved.removals
         if self.rebalancer:
             # the breaker as this cycle found it: the cycle that trips it still counts the
@@ -179,11 +180,6 @@ class HealthService:
         for o in outcomes:
             outcome = "failed" if o.failed else "applied" if o.applied else "planned"
             m.actions.labels(type(o.action).__name__, outcome).inc()
-            if o.applied or o.failed or self.policy.dry_run:
-                self.log(
-                    f"{type(o.action).__name__.lower()} {getattr(o.action, 'node', '')}"
-                    f"{' (dry-run)' if self.policy.dry_run else ''}: {o.detail}".rstrip(": ")
-                )
         m.quarantined.set(sum(1 for n in observed.nodes.values() if n.record is not None))
         m.breaker.set(1 if tripped else 0)
         m.cycle.observe(seconds)
@@ -192,6 +188,15 @@ class HealthService:
         m.hold.clear()
         if held:
             m.hold.labels(held.split(":")[0][:60]).set(1)
+
+    def _log(self, outcomes: list[Outcome]) -> None:
+        """The node actions done (or, in dry-run, planned), before the quota they change."""
+        for o in outcomes:
+            if o.applied or o.failed or self.policy.dry_run:
+                self.log(
+                    f"{type(o.action).__name__.lower()} {getattr(o.action, 'node', '')}"
+                    f"{' (dry-run)' if self.policy.dry_run else ''}: {o.detail}".rstrip(": ")
+                )
 
     def run(self, interval_s: float, stop: threading.Event, lease: Lease | None = None) -> None:
         """Cycle every `interval_s` until `stop` is set; act only while holding `lease`."""
