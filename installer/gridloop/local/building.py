@@ -142,6 +142,8 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
     bindir.mkdir(parents=True, exist_ok=True)
     log.write_text(f"gridloop local build: {comp.name} {comp.version} ({comp.module})\n")
     env = _go_env(folder)
+    if recipe.experiments:
+        env["GOEXPERIMENT"] = ",".join(recipe.experiments)
     what = f"building {comp.name} {comp.version}"
 
     info = json.loads(

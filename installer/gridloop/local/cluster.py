@@ -34,6 +34,7 @@ from gridloop.local import (
     kueue_installing,
     kueue_manifests,
     processes,
+    recipes,
     simulated_nodes,
     stages,
 )
@@ -204,14 +205,15 @@ def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
 
 
 def _binaries(say: Say, gpu_health: bool, kueue: bool) -> dict[str, Path]:
-    unwanted = {"prometheus"} if not gpu_health else set()
-    unwanted |= {KUEUE} if not kueue else set()
-    missing = [c for c in building.missing_components() if c not in unwanted]
+    """The binaries this cluster runs, building the missing ones (and only those: Helm 3
+    and the scanner are for the tests, not for a cluster)."""
+    names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
+    names += (KUEUE,) if kueue else ()
+    needed = {r.component for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
+    missing = [c for c in building.missing_components() if c in needed]
     if missing:
         say(f"building missing components: {', '.join(missing)}")
         building.build(missing, lambda p: say(f"  {p.binary} {p.version}: {p.status}"))
-    names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
-    names += (KUEUE,) if kueue else ()
     found = {name: building.binary(name) for name in names}
     found["python"] = Path(sys.executable)
     return found

@@ -32,12 +32,15 @@ class Recipe:
     debian_files: dict[str, str] = field(default_factory=dict)
     # build-time edits of the upstream source (patches.py); a changed patch rebuilds
     patches: tuple[SourcePatch, ...] = ()
+    # GOEXPERIMENT settings the upstream release build uses
+    experiments: tuple[str, ...] = ()
 
     def fingerprint(self, comp: Component) -> str:
         parts = [comp.version, comp.module, *sorted(self.binaries.items())]
         parts += [*self.tags, *self.ldflags(comp), *sorted(self.shims.items())]
         parts += [comp.debian, *sorted(self.debian_files.items())]
         parts += [patch.fingerprint() for patch in self.patches]
+        parts += [f"GOEXPERIMENT={','.join(self.experiments)}"] if self.experiments else []
         return "|".join(map(str, parts))
 
 
@@ -163,6 +166,16 @@ RECIPES: tuple[Recipe, ...] = (
         # carries no commit, and a date would make every build differ)
         ldflags=lambda comp: [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={comp.version}"],
         patches=KUEUE_PATCHES,
+    ),
+    Recipe(
+        component="trivy",
+        binaries={"trivy": "github.com/aquasecurity/trivy/cmd/trivy"},
+        # its checks (trivy-checks) are embedded at build time: scans need no download
+        # encoding/json/v2, as Trivy's own release build (goreleaser) enables it
+        experiments=("jsonv2",),
+        ldflags=lambda comp: [
+            f"-X github.com/aquasecurity/trivy/pkg/version/app.ver={comp.version.lstrip('v')}"
+        ],
     ),
     Recipe(
         component="prometheus",
