@@ -225,6 +225,8 @@ def test_with_prometheus_unreachable_quotas_do_not_move(
     for _ in range(3):
         assert blind.cycle().held
     assert team.quota("us-east") == 64
+    exposed = blind.metrics.expose().decode()
+    assert 'gridloop_health_quota_holding{reason="cannot read Prometheus"} 1.0' in exposed
 
     # the same cordon, seen with Prometheus answering, does move it: the test can fail
     seeing = _service(local_cluster, namespace)

@@ -99,8 +99,9 @@ class Metrics:
         )
         self.quota_held = Gauge(
             "gridloop_health_quota_holding",
-            "1 while the rebalancer changes no quota (held, breaker tripped, or a queue it "
-            "cannot read)",
+            "1 per reason the rebalancer is changing no quota, or some of it: the health "
+            "plan holds, the breaker is tripped, Kueue cannot be read or is not installed, "
+            "a ClusterQueue it cannot read",
             ["reason"],
             registry=r,
         )

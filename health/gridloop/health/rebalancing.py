@@ -64,10 +64,12 @@ class Rebalancer:
         try:
             kueue = read(self.custom)
         except Exception as err:  # the API server away: quotas stay as they are
-            kueue, said = None, {f"quota: cannot read Kueue's queues: {one_line(err)}"}
+            self._holding({"cannot read Kueue's queues"})
+            self._say({f"quota: cannot read Kueue's queues: {one_line(err)}"})
+            return removals
         if kueue is None:
-            said = said or {"quota: Kueue's API is not installed: no quota to rebalance"}
-            self._say(said)
+            self._holding({"Kueue's API is not installed"})
+            self._say({"quota: Kueue's API is not installed: no quota to rebalance"})
             return removals
         said |= {f"quota: {queue} left alone: {why}" for queue, why in kueue.problems.items()}
         cap = capacity(kueue.flavors, observed.nodes, done, bad_gpus(observed, self.policy))
@@ -76,10 +78,21 @@ class Rebalancer:
         outcomes = self.executor.apply(actions, kueue.queues)
         applied = [o.action for o in outcomes if o.applied]
         after = advance(removals, applied, now, limits.window_s)
-        said |= {f"quota: holding: {a.reason}" for a in actions if isinstance(a, HoldQuotas)}
-        self._record(cap, kueue.quotas, outcomes, after, said)
+        holds = [a.reason for a in actions if isinstance(a, HoldQuotas)]
+        said |= {f"quota: holding: {reason}" for reason in holds}
+        self._holding(
+            {reason.split(":")[0] for reason in holds}
+            | ({"a ClusterQueue it cannot read"} if kueue.problems else set())
+        )
+        self._record(cap, kueue.quotas, outcomes, after)
         self._say(said)
         return after
+
+    def _holding(self, reasons: set[str]) -> None:
+        """gridloop_health_quota_holding: one series per short reason, none when all moves."""
+        self.metrics.quota_held.clear()
+        for reason in reasons:
+            self.metrics.quota_held.labels(reason[:60]).set(1)
 
     def _record(
         self,
@@ -87,9 +100,10 @@ class Rebalancer:
         quotas: Sequence[QueueQuota],
         outcomes: list[QuotaOutcome],
         removals: tuple[Removal, ...],
-        said: set[str],
     ) -> None:
         m = self.metrics
+        m.flavor_gpus.clear()  # a flavor or queue deleted since must not linger
+        m.quota.clear()
         for flavor, c in cap.items():
             m.flavor_gpus.labels(flavor, "total").set(c.total)
             m.flavor_gpus.labels(flavor, "healthy").set(c.healthy)
@@ -111,10 +125,6 @@ class Rebalancer:
             dry = " (dry-run)" if self.policy.dry_run else ""
             detail = f" ({o.detail})" if o.detail else ""
             self.log(f"quota {_change(o)} {a.queue}/{a.flavor}{dry}: {a.reason}{detail}")
-        m.quota_held.clear()
-        for line in said:
-            if line.startswith("quota: holding"):
-                m.quota_held.labels(line.removeprefix("quota: holding: ")[:60]).set(1)
 
     def _say(self, said: set[str]) -> None:
         """Lasting conditions are logged when they start and when they end."""
