@@ -11,6 +11,7 @@ new pod. Its CRDs stay, with whatever objects users made of them.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -111,8 +112,9 @@ def write_scraper_token(api: client.ApiClient, namespace: str, path: Path) -> No
         ).status.token
     except ApiException as err:
         raise ClusterError(f"a token for Prometheus to scrape Kueue: {one_line(err)}") from err
-    path.write_text(token)
-    path.chmod(0o600)
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+        fh.write(token)  # created readable by its owner only, never for a moment by others
 
 
 def _create(call: Callable[[], object]) -> None:
