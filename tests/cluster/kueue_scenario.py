@@ -35,6 +35,31 @@ class Placement:
     finished: bool = False
 
 
+def gpu_job(name: str, queue: str, gpus: int, runs_for: str = "1h") -> dict[str, Any]:
+    """A one-pod batch Job in LocalQueue `queue` asking for `gpus` GPUs; its simulated pod
+    runs for `runs_for`, so the quota it holds stays held."""
+    container = {
+        "name": "train",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi", GPU: str(gpus)},
+            "limits": {GPU: str(gpus)},
+        },
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {DURATION: runs_for}},
+                "spec": {"restartPolicy": "Never", "containers": [container]},
+            },
+        },
+    }
+
+
 class TeamQueues:
     def __init__(self, api: client.ApiClient, namespace: str, prefix: str) -> None:
         self.custom = client.CustomObjectsApi(api)
@@ -136,26 +161,7 @@ class TeamQueues:
 
     def submit(self, name: str, gpus: int = 8, runs_for: str = "1h") -> None:
         """A one-pod Job asking for `gpus` GPUs through the team's LocalQueue."""
-        container = {
-            "name": "train",
-            "image": "registry.k8s.io/pause:3.10",
-            "resources": {
-                "requests": {"cpu": "1", "memory": "1Gi", GPU: str(gpus)},
-                "limits": {GPU: str(gpus)},
-            },
-        }
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": name, "labels": {QUEUE_LABEL: "default"}},
-            "spec": {
-                "backoffLimit": 0,
-                "template": {
-                    "metadata": {"annotations": {DURATION: runs_for}},
-                    "spec": {"restartPolicy": "Never", "containers": [container]},
-                },
-            },
-        }
+        job = gpu_job(name, "default", gpus, runs_for)
         self.batch.create_namespaced_job(self.namespace, job)
         self.submitted.append(name)
 

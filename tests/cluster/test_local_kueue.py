@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from kueue_scenario import GPU, GROUP, VERSION, gpu_job
 
 from gridloop.local import cluster, kube, processes
 from gridloop.local.flags import Ports
@@ -26,9 +27,6 @@ from gridloop.local.state import load
 
 pytestmark = pytest.mark.cluster
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GPU = "nvidia.com/gpu"
 POOL = {"gridloop.io/site": "eu-west", "gridloop.io/pool": "h100"}
 GPU_QUOTA = 4
 TINY_FLEET = """\
@@ -116,30 +114,6 @@ def queues(kueue_cluster, namespace) -> Iterator[Queues]:
                     raise
 
 
-def _job(name: str, queue: str, gpus: int) -> dict[str, Any]:
-    container = {
-        "name": "train",
-        "image": "trainer:latest",
-        "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi", GPU: str(gpus)},
-            "limits": {GPU: str(gpus)},
-        },
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                # the simulated pod keeps running, so its quota stays taken
-                "metadata": {"annotations": {"gridloop.io/sim-duration": "1h"}},
-                "spec": {"restartPolicy": "Never", "containers": [container]},
-            },
-        },
-    }
-
-
 def _workload(api: client.ApiClient, namespace: str, job: str) -> dict[str, Any] | None:
     items = client.CustomObjectsApi(api).list_namespaced_custom_object(
         GROUP, VERSION, namespace, "workloads"
@@ -161,7 +135,7 @@ def test_a_queued_job_is_suspended_then_admitted_onto_its_flavors_nodes(
     batch = client.BatchV1Api(kueue_cluster.api)
     ns = queues.namespace
 
-    created = batch.create_namespaced_job(ns, _job("fits", queues.local_queue, 2))
+    created = batch.create_namespaced_job(ns, gpu_job("fits", queues.local_queue, 2))
 
     assert created.spec.suspend is True, "Kueue's webhook suspends a queued Job on creation"
     admitted = eventually(
@@ -194,7 +168,7 @@ def test_a_job_over_quota_stays_suspended_with_a_pending_workload_saying_why(
 ):
     batch = client.BatchV1Api(kueue_cluster.api)
     ns = queues.namespace
-    batch.create_namespaced_job(ns, _job("first", queues.local_queue, GPU_QUOTA))
+    batch.create_namespaced_job(ns, gpu_job("first", queues.local_queue, GPU_QUOTA))
     eventually(
         lambda: (
             _condition(_workload(kueue_cluster.api, ns, "first"), "Admitted").get("status")
@@ -204,7 +178,7 @@ def test_a_job_over_quota_stays_suspended_with_a_pending_workload_saying_why(
         60,
     )
 
-    batch.create_namespaced_job(ns, _job("second", queues.local_queue, 1))
+    batch.create_namespaced_job(ns, gpu_job("second", queues.local_queue, 1))
 
     def pending() -> dict[str, Any]:
         reserved = _condition(_workload(kueue_cluster.api, ns, "second"), "QuotaReserved")

@@ -8,18 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from chart_files import CHART, EVERYTHING, PROFILE_NAMES, UPSTREAM_OFF
 
 from gridloop.errors import BuildError
 from gridloop.local.building import binary
-
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "gridloop"
-EVERYTHING = Path(__file__).parent / "chart_values" / "everything.yaml"
-UPSTREAM_OFF = (
-    "kueue.enabled=false,kuberay.enabled=false,kaito.enabled=false,"
-    "agentSandbox.enabled=false,dcgmExporter.enabled=false"
-)
-PROFILES = sorted(p.stem for p in (CHART / "profiles").glob("*.yaml"))
 
 
 def helm_binary(name: str) -> str:
@@ -60,7 +52,7 @@ def test_helm3_lints_the_chart_clean(values: Path, tmp_path: Path) -> None:
     assert "funcMap fail" not in done.stderr  # a template `fail` only logs in lint
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 def test_helm3_renders_every_profile_to_the_same_objects_as_helm4(
     profile: str, tmp_path: Path
 ) -> None:

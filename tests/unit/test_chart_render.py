@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_files import CHART, EVERYTHING, REPO, UPSTREAM_OFF
 
 from gridloop.errors import BuildError
 from gridloop.fleet.catalog import GPU_MODELS
@@ -28,18 +29,11 @@ from gridloop.fleet.schema import load_fleet
 from gridloop.local.building import binary
 from gridloop.sim.metrics import METRICS
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "gridloop"
 PROFILES = CHART / "profiles"
 MINIMAL = PROFILES / "minimal.yaml"
-EVERYTHING = Path(__file__).parent / "chart_values" / "everything.yaml"
 DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
 POLICY = REPO / "policies" / "health.yaml"
 NAMESPACE = "gridloop-system"
-UPSTREAM_OFF = (
-    "kueue.enabled=false,kuberay.enabled=false,kaito.enabled=false,"
-    "agentSandbox.enabled=false,dcgmExporter.enabled=false"
-)
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")
 
 Doc = dict[str, Any]

@@ -16,18 +16,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from chart_files import CHART, EVERYTHING, PROFILE_NAMES, UPSTREAM_OFF
 
 from gridloop.errors import BuildError
 from gridloop.local.building import binary
-
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "gridloop"
-EVERYTHING = Path(__file__).parent / "chart_values" / "everything.yaml"
-UPSTREAM_OFF = (
-    "kueue.enabled=false,kuberay.enabled=false,kaito.enabled=false,"
-    "agentSandbox.enabled=false,dcgmExporter.enabled=false"
-)
-PROFILES = ("local", "minimal", "production")
 
 # (check ID, kind/name of the object) -> why it is accepted; docs/security.md repeats it
 ACCEPTED: dict[tuple[str, str], str] = {}
@@ -84,7 +76,7 @@ def findings(folder: Path, cache: Path) -> list[tuple[str, str, str, str]]:
 
 
 @pytest.mark.parametrize("everything", [False, True], ids=["as-shipped", "everything-on"])
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 def test_no_high_or_critical_finding_in_gridloop_s_templates(
     gridloop, tmp_path: Path, profile: str, everything: bool
 ) -> None:

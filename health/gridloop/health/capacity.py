@@ -66,11 +66,6 @@ def matches(flavor: Flavor, node: NodeView) -> bool:
     return all(node.labels.get(key) == value for key, value in flavor.node_labels.items())
 
 
-def in_service(node: NodeView, actions: Sequence[Action]) -> bool:
-    """Whether the node can run work once this cycle's actions are applied."""
-    return _in_service(node, *_changes(actions))
-
-
 def _changes(actions: Sequence[Action]) -> tuple[set[str], set[str], set[str]]:
     """Nodes this cycle quarantines, releases, and hands back to a person."""
     quarantined = {a.node for a in actions if isinstance(a, Quarantine)}
