@@ -16,6 +16,7 @@ from gridloop.errors import GridloopError
 from gridloop.health import commands as health_commands
 from gridloop.local import commands as local_commands
 from gridloop.sim import commands as sim_commands
+from gridloop.status import commands as status_commands
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -29,6 +30,7 @@ def make_parser() -> argparse.ArgumentParser:
     sim_commands.register(sub)
     bundle_commands.register(sub)
     chart_commands.register(sub)
+    status_commands.register(sub)
     return parser
 
 

@@ -18,33 +18,18 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from kueue_scenario import TeamQueues
+from kueue_scenario import POLICY, QUOTA, SCRAPE_S, TeamQueues
 
 from gridloop.health import status
 from gridloop.health.observed import Breaker
-from gridloop.health.policy import Limits, Policy, QuotaLimits
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
-from gridloop.local.flags import SCRAPE_INTERVAL
 from gridloop.sim.faults import FaultSet
 from gridloop.sim.injections import Injection
 from gridloop.sim.storing import FAULTS_FILE, update_faults
 
 pytestmark = pytest.mark.cluster
-
-SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
-POLICY = dataclasses.replace(
-    Policy(),
-    hold_down_s=3.0,
-    scrape_interval_s=SCRAPE_S,
-    limits=Limits(
-        fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=50, pool_max_percent=100
-    ),
-    quota_limits=QuotaLimits(max_removed_gpus=64, max_removed_percent=100, window_s=3600),
-)
-# the team's GPU quota: each whole pool of the default fleet
-QUOTA = {"us-east": 64, "eu-west": 32, "onprem-fra": 64}
 
 
 def _service(local_cluster, namespace, policy=POLICY, url=None) -> HealthService:

@@ -1,0 +1,442 @@
+"""The live terminal UI of `gridloop status`, in Textual, k9s-style.
+
+Five views over one Snapshot (views.py decides every row): `:` switches view,
+`/` filters, `s` sorts by the next column (`S` reverses), Enter
+drills into a node or queue, `?` shows the keys, `q` quits. Snapshots come from a
+worker thread, so a slow or unreachable API server never blocks the UI; when a
+source is stale the header says so in red and the last data stays on screen.
+With `--allow-actions`, `c`/`u` cordon/uncordon the selected node and `R` resets the
+health service's breaker, each after a confirmation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from gridloop.status import views
+from gridloop.status.snapshot import Snapshot
+
+ALIASES = {
+    "fleet": "fleet",
+    "nodes": "fleet",
+    "node": "fleet",
+    "no": "fleet",
+    "queues": "queues",
+    "queue": "queues",
+    "cq": "queues",
+    "clusterqueues": "queues",
+    "inference": "inference",
+    "models": "inference",
+    "model": "inference",
+    "sandboxes": "sandboxes",
+    "sandbox": "sandboxes",
+    "sb": "sandboxes",
+    "events": "events",
+    "event": "events",
+    "ev": "events",
+}
+
+HELP = """\
+[b]gridloop status[/b] — keys
+
+  :VIEW    switch view: fleet (nodes, no), queues (cq), inference (models),
+           sandboxes (sb), events (ev); also 1-5
+  /TEXT    filter rows: every word must match a cell; !word excludes
+  Esc      clear the filter, close a panel
+  s        sort by the next column; S reverses; or click a column title
+  Enter    details of the selected node or ClusterQueue
+  r        refresh now
+  ?        this help
+  q        quit
+{actions}"""
+
+ACTIONS_HELP = """
+  c        cordon the selected node        (--allow-actions, asks first)
+  u        uncordon the selected node      (--allow-actions, asks first)
+  R        reset the health breaker         (--allow-actions, asks first)
+"""
+
+Source = Callable[[], Snapshot]
+Act = Callable[[str, str], str]  # (action, node) -> what was done
+
+
+class Detail(ModalScreen[None]):
+    BINDINGS: ClassVar = [Binding("escape,q,enter", "dismiss", "close")]
+    DEFAULT_CSS = """
+    Detail { align: center middle; }
+    Detail > Vertical { width: 90%; height: auto; max-height: 90%; border: round $accent;
+                        background: $surface; padding: 0 1; }
+    """
+
+    def __init__(self, title: str, lines: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.lines = lines
+
+    def compose(self) -> ComposeResult:
+        width = max((len(k) for k, _ in self.lines), default=0)
+        body = Text()
+        for k, v in self.lines:
+            body.append(f"{k:<{width}}  ", style="bold")
+            body.append(f"{v}\n")
+        with Vertical():
+            yield Static(Text(self.title_text, style="bold"), id="detail-title")
+            yield Static(body, id="detail-body")
+
+
+class Confirm(ModalScreen[bool]):
+    BINDINGS: ClassVar = [
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
+    DEFAULT_CSS = """
+    Confirm { align: center middle; }
+    Confirm > Static { width: auto; border: round $warning; background: $surface; padding: 1 2; }
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"{self.question}  [b]y[/b]es / [b]n[/b]o", id="confirm")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class Help(ModalScreen[None]):
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "close")]
+    DEFAULT_CSS = """
+    Help { align: center middle; }
+    Help > Static { width: auto; border: round $accent; background: $surface; padding: 0 2; }
+    """
+
+    def __init__(self, actions: bool) -> None:
+        super().__init__()
+        self.actions = actions
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP.format(actions=ACTIONS_HELP if self.actions else ""), id="help")
+
+
+class StatusApp(App[None]):
+    TITLE = "gridloop status"
+    CSS = """
+    #header { height: 2; padding: 0 1; background: $panel; }
+    #stale { height: auto; padding: 0 1; background: $error; color: $text; display: none; }
+    #stale.shown { display: block; }
+    #empty { display: none; padding: 1 2; color: $text-muted; }
+    #empty.shown { display: block; }
+    #prompt { display: none; height: 1; border: none; padding: 0 1; }
+    #prompt.shown { display: block; }
+    DataTable { height: 1fr; }
+    """
+    BINDINGS: ClassVar = [
+        Binding("q", "quit", "quit"),
+        Binding("colon", "prompt(':')", "view"),
+        Binding("slash", "prompt('/')", "filter"),
+        Binding("question_mark", "help", "help"),
+        Binding("s", "sort", "sort"),
+        Binding("S", "reverse", "reverse", show=False),
+        Binding("r", "refresh", "refresh"),
+        Binding("escape", "clear_filter", "clear", show=False),
+        Binding("1", "view('fleet')", show=False),
+        Binding("2", "view('queues')", show=False),
+        Binding("3", "view('inference')", show=False),
+        Binding("4", "view('sandboxes')", show=False),
+        Binding("5", "view('events')", show=False),
+        Binding("c", "act('cordon')", "cordon", show=False),
+        Binding("u", "act('uncordon')", "uncordon", show=False),
+        Binding("R", "act('reset-breaker')", "reset breaker", show=False),
+    ]
+
+    def __init__(
+        self,
+        source: Source,
+        view: str = "fleet",
+        interval: float = 2.0,
+        act: Act | None = None,
+        live: bool = True,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.view = view
+        self.interval = interval
+        self.act = act  # None: read-only
+        self.live = live  # False: one snapshot, no refresh loop (screenshots, tests)
+        self.snapshot: Snapshot | None = None
+        self.filter_text = ""
+        self.sort_column: int | None = None
+        self.sort_reverse = False
+        self.prompt_kind = ""
+        self.shown: tuple[views.Row, ...] = ()
+        self.shown_view = ""
+        self.good_at = 0.0  # when the last snapshot with no problems came in
+        self.first_data_at: float | None = None  # monotonic time of the first painted data
+        self.refreshes = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static("gridloop status: connecting…", id="header")
+        yield Static("", id="stale")
+        yield Input(id="prompt")
+        yield DataTable(cursor_type="row", zebra_stripes=True, id="table")
+        yield Static("", id="empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).focus()
+        self.poll()
+
+    @work(thread=True, exclusive=True, group="poll")
+    def poll(self) -> None:
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            snapshot = self.source()
+            if worker.is_cancelled:
+                return
+            self.call_from_thread(self.show, snapshot)
+            if not self.live:
+                return
+            deadline = time.monotonic() + self.interval
+            while time.monotonic() < deadline and not worker.is_cancelled:
+                time.sleep(0.05)
+
+    # --- drawing -------------------------------------------------------------------
+    def show(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.refreshes += 1
+        if not snapshot.problems:
+            self.good_at = snapshot.taken_at
+        self._draw_header()
+        self._draw_table()
+        if self.first_data_at is None:
+            self.first_data_at = time.monotonic()
+
+    def _draw_header(self) -> None:
+        s = self.snapshot
+        if s is None:
+            return
+        title = Text()
+        title.append("gridloop status", style="bold")
+        title.append(f"  context {s.context or '?'}  ·  view ")
+        title.append(self.view, style="bold reverse")
+        if self.filter_text:
+            title.append(f"  ·  filter /{self.filter_text}", style="bold yellow")
+        if self.sort_column is not None:
+            column = views.columns(self.view)[self.sort_column].title
+            title.append(f"  ·  sorted by {column} {'↓' if self.sort_reverse else '↑'}")
+        if self.act is not None:
+            title.append("  ·  actions allowed", style="bold red")
+        title.append("\n" + views.summary(s))
+        self.query_one("#header", Static).update(title)
+        stale = self.query_one("#stale", Static)
+        problem = views.stale(s)
+        if problem:
+            since = f" since {time.strftime('%H:%M:%S', time.localtime(self.good_at))}"
+            age = since if self.good_at else ""
+            stale.update(f"STALE{age}: {problem}")
+            stale.add_class("shown")
+        else:
+            stale.remove_class("shown")
+
+    def _rows(self) -> tuple[tuple[views.Column, ...], tuple[views.Row, ...], str]:
+        assert self.snapshot is not None
+        table = views.table(self.snapshot, self.view)
+        rows = views.filtered(table.rows, self.filter_text)
+        if self.sort_column is not None and self.sort_column < len(table.columns):
+            rows = views.sorted_rows(rows, self.sort_column, self.sort_reverse)
+        return table.columns, rows, table.empty
+
+    def _draw_table(self) -> None:
+        if self.snapshot is None:
+            return
+        columns, rows, empty = self._rows()
+        widget = self.query_one(DataTable)
+        if self.shown_view == self.view and rows == self.shown:
+            self._draw_empty(empty)
+            return  # nothing moved: no work for the table
+        same_keys = (
+            self.shown_view == self.view
+            and len(rows) == len(self.shown)
+            and all(a.key == b.key for a, b in zip(rows, self.shown, strict=True))
+        )
+        if same_keys:
+            for new, old in zip(rows, self.shown, strict=True):
+                if new != old:
+                    for i, (cell, was) in enumerate(zip(new.cells, old.cells, strict=True)):
+                        if cell != was or new.alert != old.alert:
+                            cell_text = self._cell(new, cell, columns[i].numeric)
+                            widget.update_cell(new.key, str(i), cell_text)
+        else:
+            cursor = widget.cursor_row
+            widget.clear(columns=self.shown_view != self.view)
+            if self.shown_view != self.view:
+                for i, c in enumerate(columns):
+                    label = Text(c.title, justify="right" if c.numeric else "left")
+                    widget.add_column(label, key=str(i))
+            for row in rows:
+                cells = (
+                    self._cell(row, v, c.numeric) for v, c in zip(row.cells, columns, strict=True)
+                )
+                widget.add_row(*cells, key=row.key)
+            if rows:
+                widget.move_cursor(row=min(cursor, len(rows) - 1))
+        self.shown, self.shown_view = rows, self.view
+        self._draw_empty(empty)
+
+    def _draw_empty(self, empty: str) -> None:
+        note = self.query_one("#empty", Static)
+        if self.shown:
+            note.remove_class("shown")
+            return
+        note.update(f"no rows match /{self.filter_text}" if self.filter_text else empty)
+        note.add_class("shown")
+
+    @staticmethod
+    def _cell(row: views.Row, value: str, numeric: bool) -> Text:
+        return Text(value, style="red" if row.alert else "", justify="right" if numeric else "left")
+
+    # --- keys ----------------------------------------------------------------------
+    def action_prompt(self, kind: str) -> None:
+        prompt = self.query_one("#prompt", Input)
+        self.prompt_kind = kind
+        prompt.placeholder = (
+            "view: fleet, queues, inference, sandboxes, events" if kind == ":" else "filter"
+        )
+        prompt.value = "" if kind == ":" else self.filter_text
+        prompt.add_class("shown")
+        prompt.focus()
+
+    @on(Input.Submitted, "#prompt")
+    def submitted(self, event: Input.Submitted) -> None:
+        prompt = self.query_one("#prompt", Input)
+        prompt.remove_class("shown")
+        self.query_one(DataTable).focus()
+        text = event.value.strip()
+        if self.prompt_kind == ":":
+            view = ALIASES.get(text.lower())
+            if view is None:
+                self.notify(
+                    f":{text}: no such view (fleet, queues, inference, sandboxes, events)",
+                    severity="error",
+                )
+                return
+            self.action_view(view)
+        else:
+            self.filter_text = text
+            self._redraw()
+
+    def action_view(self, view: str) -> None:
+        if view != self.view:
+            self.view = view
+            self.sort_column = None
+            self.sort_reverse = False
+            self.filter_text = ""
+        self._redraw()
+
+    def action_clear_filter(self) -> None:
+        prompt = self.query_one("#prompt", Input)
+        if prompt.has_class("shown"):
+            prompt.remove_class("shown")
+            self.query_one(DataTable).focus()
+            return
+        if self.filter_text:
+            self.filter_text = ""
+            self._redraw()
+
+    def action_sort(self) -> None:
+        """Sort by the next column (after the last one: back to the view's own order)."""
+        count = len(views.columns(self.view))
+        following = 0 if self.sort_column is None else self.sort_column + 1
+        self.sort_column = following if following < count else None
+        self.sort_reverse = False
+        self._redraw()
+
+    def action_reverse(self) -> None:
+        if self.sort_column is None:
+            self.sort_column = 0
+        self.sort_reverse = not self.sort_reverse
+        self._redraw()
+
+    @on(DataTable.HeaderSelected)
+    def header_clicked(self, event: DataTable.HeaderSelected) -> None:
+        self._sort_by(event.column_index)
+
+    def _sort_by(self, column: int) -> None:
+        if self.sort_column == column:
+            self.sort_reverse = not self.sort_reverse
+        else:
+            self.sort_column, self.sort_reverse = column, False
+        self._redraw()
+
+    def _redraw(self) -> None:
+        self.shown = ()
+        self._draw_header()
+        self._draw_table()
+
+    def action_refresh(self) -> None:
+        self.poll()
+
+    def action_help(self) -> None:
+        self.push_screen(Help(self.act is not None))
+
+    def selected_key(self) -> str | None:
+        if not self.shown:
+            return None
+        row = self.query_one(DataTable).cursor_row
+        return self.shown[row].key if 0 <= row < len(self.shown) else None
+
+    @on(DataTable.RowSelected)
+    def drill(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if self.snapshot is None or key is None:
+            return
+        lines = views.detail(self.snapshot, self.view, key)
+        self.push_screen(Detail(f"{self.view}: {key}", lines))
+
+    def action_act(self, action: str) -> None:
+        if self.act is None:
+            self.notify(
+                "read-only: start with --allow-actions to cordon, uncordon or reset",
+                severity="warning",
+            )
+            return
+        node = "" if action == "reset-breaker" else (self.selected_key() or "")
+        if action != "reset-breaker" and (self.view != "fleet" or not node):
+            self.notify(f"{action}: select a node in the fleet view", severity="warning")
+            return
+        question = f"{action} {node}?" if node else "reset the health service's breaker?"
+        act = self.act
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._run_action(act, action, node)
+
+        self.push_screen(Confirm(question), answered)
+
+    @work(thread=True, group="act")
+    def _run_action(self, act: Act, action: str, node: str) -> None:
+        try:
+            done = act(action, node)
+        except Exception as err:  # shown, never fatal: the UI keeps running
+            self.call_from_thread(self.notify, f"{action} failed: {err}", severity="error")
+            return
+        self.call_from_thread(self.notify, done)
+        self.call_from_thread(self.poll)
+
+
+def run(source: Source, **kwargs: Any) -> None:
+    StatusApp(source, **kwargs).run()

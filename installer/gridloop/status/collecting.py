@@ -1,0 +1,474 @@
+"""Read what `gridloop status` shows: the shell around snapshot.py.
+
+Nodes and GPU pods come from watch-backed mirrors (watching.py). ClusterQueues,
+LocalQueues, models, sandboxes, the health service's Events and its status
+ConfigMap are few and are listed on each refresh; Prometheus is asked two
+questions per refresh (which GPUs report, which exporters are up), for the whole
+fleet at once. Every source fails on its own: the last good answer stays and the
+snapshot's `problems` says what is stale and why, so the UI keeps working while
+the API server or Prometheus is away.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from gridloop.errors import UsageError, one_line
+from gridloop.health import breaker as breakers
+from gridloop.health import reading
+from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_BY, REASON
+from gridloop.health.queues import CONFIGURED, MANUAL
+from gridloop.health.signals import HOST_LABELS, PRESENCE
+from gridloop.health.status import NAME as STATUS_CONFIGMAP
+from gridloop.local.state import load as load_state
+from gridloop.status.snapshot import (
+    Breaker,
+    Event,
+    FlavorQuota,
+    Model,
+    Node,
+    Queue,
+    Sandbox,
+    Snapshot,
+)
+from gridloop.status.watching import Mirror
+
+GPU = "nvidia.com/gpu"
+GPU_NODES = "nvidia.com/gpu.present=true"
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+SANDBOX = ("extensions.agents.x-k8s.io", "v1alpha1")
+OPT_OUT_LABEL = "gridloop.io/health-opt-out"
+TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refresh long
+UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
+Readings = tuple[dict[str, int], dict[str, bool]]  # GPUs reporting, exporter up; per node
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where to read from."""
+
+    kubeconfig: str
+    context: str | None = None
+    prometheus_url: str | None = None
+    health_namespace: str = "gridloop-system"
+    exporter_job: str = "dcgm-exporter"
+
+
+def local_prometheus(kubeconfig: str) -> str | None:
+    """The Prometheus of a `gridloop local` cluster, when the kubeconfig is one's."""
+    path = Path(kubeconfig.split(":")[0])
+    state = load_state(path.parent) if (path.parent / "state.json").is_file() else None
+    if state is None or state.kubeconfig != path:
+        return None
+    return f"http://127.0.0.1:{state.ports.prometheus}"
+
+
+def api_client(source: Source) -> client.ApiClient:
+    conf = client.Configuration()
+    try:
+        config.load_kube_config(
+            config_file=source.kubeconfig, context=source.context, client_configuration=conf
+        )
+    except config.ConfigException as err:
+        flag = "--context" if source.context else "--kubeconfig"
+        raise UsageError(f"{flag}: {one_line(err, 200)}") from err
+    conf.retries = 0  # an unreachable server is reported at once, not after retries
+    conf.connection_pool_maxsize = 8
+    return client.ApiClient(conf)
+
+
+# --- projections: one raw object to the few fields status keeps --------------------
+
+
+def _int(value: Any) -> int:
+    """A GPU count from a quantity ("8", 8, "8000m")."""
+    text = str(value or "0")
+    try:
+        return int(text[:-1]) // 1000 if text.endswith("m") else int(float(text))
+    except ValueError:
+        return 0
+
+
+def node_row(obj: dict[str, Any]) -> Node:
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    labels = meta.get("labels") or {}
+    notes = meta.get("annotations") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    by = notes.get(QUARANTINED_BY, "") if notes.get(QUARANTINED_AT) else ""
+    return Node(
+        name=meta["name"],
+        site=labels.get("gridloop.io/site", "-"),
+        pool=labels.get("gridloop.io/pool", "-"),
+        region=labels.get("topology.kubernetes.io/region", "-"),
+        product=labels.get("nvidia.com/gpu.product", "-"),
+        gpus=_int((status.get("allocatable") or {}).get(GPU) or labels.get("nvidia.com/gpu.count")),
+        ready=ready,
+        unschedulable=bool(spec.get("unschedulable")),
+        quarantined_by=by,
+        reason=notes.get(REASON, "") if by else "",
+        faulty=tuple(g for g in notes.get(GPUS, "").split(",") if g) if by else (),
+        quarantined_at=notes.get(QUARANTINED_AT, "") if by else "",
+        opted_out=labels.get(OPT_OUT_LABEL) == "true",
+        taints=tuple(
+            f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+            for t in spec.get("taints") or ()
+        ),
+        labels=tuple(sorted(labels.items())),
+    )
+
+
+def pod_gpus(obj: dict[str, Any]) -> tuple[str, int] | None:
+    """(node, GPUs) of a running or pending pod bound to a node that asks for GPUs."""
+    spec = obj.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node:
+        return None
+    gpus = 0
+    for c in spec.get("containers") or ():
+        res = c.get("resources") or {}
+        gpus += _int((res.get("limits") or {}).get(GPU) or (res.get("requests") or {}).get(GPU))
+    return (node, gpus) if gpus else None
+
+
+def queue_row(obj: dict[str, Any], local_queues: tuple[str, ...] = ()) -> Queue:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    notes = obj["metadata"].get("annotations") or {}
+    try:
+        record = json.loads(notes.get(CONFIGURED, "{}"))
+        record = record if isinstance(record, dict) else {}
+    except ValueError:
+        record = {}
+    usage: dict[str, tuple[int, int]] = {}
+    for f in status.get("flavorsUsage") or ():
+        for r in f.get("resources") or ():
+            if r.get("name") == GPU:
+                usage[f["name"]] = (_int(r.get("total")), _int(r.get("borrowed")))
+    flavors = []
+    for group in spec.get("resourceGroups") or ():
+        for f in group.get("flavors") or ():
+            for r in f.get("resources") or ():
+                if r.get("name") != GPU:
+                    continue
+                nominal = _int(r.get("nominalQuota"))
+                mine = record.get(f["name"])
+                configured = None
+                if isinstance(mine, dict) and mine.get("set") == nominal:
+                    configured = _int(mine.get("configured"))
+                used, borrowed = usage.get(f["name"], (0, 0))
+                flavors.append(FlavorQuota(f["name"], nominal, used, borrowed, configured))
+    active = all(
+        c.get("status") == "True"
+        for c in status.get("conditions") or ()
+        if c.get("type") == "Active"
+    )
+    return Queue(
+        name=obj["metadata"]["name"],
+        cohort=spec.get("cohortName") or spec.get("cohort") or "",
+        flavors=tuple(flavors),
+        pending=int(status.get("pendingWorkloads") or 0),
+        admitted=int(status.get("admittedWorkloads") or 0),
+        reserving=int(status.get("reservingWorkloads") or 0),
+        active=active,
+        manual=notes.get(MANUAL, ""),
+        local_queues=local_queues,
+    )
+
+
+_LOAD_FORMAT = re.compile(r"--load-format[= ](\S+)")
+
+
+def model_row(obj: dict[str, Any], port: int = 8000) -> Model | None:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    template = spec.get("template") or {}
+    tmeta = template.get("metadata") or {}
+    name = (tmeta.get("labels") or {}).get("gridloop.io/model")
+    if not name:
+        return None
+    containers = (template.get("spec") or {}).get("containers") or [{}]
+    args = " ".join(str(a) for a in containers[0].get("args") or ())
+    fmt = _LOAD_FORMAT.search(args)
+    status = obj.get("status") or {}
+    gpus = sum(_int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) for c in containers)
+    return Model(
+        namespace=meta.get("namespace", ""),
+        name=name,
+        kind="Deployment",
+        replicas=int(spec.get("replicas", 1)),
+        ready=int(status.get("readyReplicas") or 0),
+        endpoint=f"http://{meta['name']}.{meta.get('namespace', '')}.svc:{port}/v1",
+        load_format=fmt.group(1) if fmt else "auto",
+        revision=(tmeta.get("annotations") or {}).get("gridloop.io/model-revision", ""),
+        gpus=gpus * int(spec.get("replicas", 1)),
+    )
+
+
+def event_row(obj: dict[str, Any]) -> Event:
+    about = obj.get("involvedObject") or {}
+    when = (
+        obj.get("lastTimestamp")
+        or obj.get("eventTime")
+        or obj.get("firstTimestamp")
+        or obj["metadata"].get("creationTimestamp", "")
+    )
+    return Event(
+        time=str(when),
+        type=obj.get("type", "Normal"),
+        reason=obj.get("reason", ""),
+        object=f"{about.get('kind', '?')}/{about.get('name', '?')}",
+        message=" ".join(str(obj.get("message", "")).split()),
+        count=int(obj.get("count") or 1),
+    )
+
+
+# --- the collector ------------------------------------------------------------------
+
+
+class Collector:
+    """Keeps the mirrors running and builds a Snapshot on demand (from a worker thread)."""
+
+    MAX_EVENTS = 200
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.api = api_client(source)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.prom = reading.connect(source.prometheus_url) if source.prometheus_url else None
+        self.nodes: Mirror[Node] = Mirror(
+            "nodes", self.core.list_node, node_row, label_selector=GPU_NODES
+        )
+        self.pods: Mirror[tuple[str, int]] = Mirror(
+            "pods",
+            self.core.list_pod_for_all_namespaces,
+            pod_gpus,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        self._last = Snapshot(taken_at=time.time(), context=self.context)
+        self._fleet_key: tuple[object, ...] = ()
+        self._last_prom: Readings | None = None
+
+    @property
+    def context(self) -> str:
+        if self.source.context:
+            return self.source.context
+        try:
+            _, current = config.list_kube_config_contexts(config_file=self.source.kubeconfig)
+            return str(current["name"])
+        except (config.ConfigException, KeyError, TypeError):
+            return ""
+
+    def start(self, wait: float = 10.0) -> Collector:
+        self.nodes.start()
+        self.pods.start()
+        deadline = time.monotonic() + wait
+        for mirror in (self.nodes, self.pods):
+            mirror.wait_synced(max(0.0, deadline - time.monotonic()))
+        return self
+
+    def stop(self) -> None:
+        self.nodes.stop()
+        self.pods.stop()
+
+    def snapshot(self) -> Snapshot:
+        problems: dict[str, str] = {}
+        absent: list[str] = []
+        last = self._last
+        for mirror in (self.nodes, self.pods):
+            if mirror.problem:
+                problems["api"] = mirror.problem
+
+        prom = self._prometheus(problems)
+        nodes = self._fleet(prom, last)
+
+        queues = self._guard("kueue", problems, absent, self._queues, last.queues)
+        models = self._guard("inference", problems, absent, self._models, last.models)
+        sandboxes = self._guard("sandboxes", problems, absent, self._sandboxes, last.sandboxes)
+        events = self._guard("events", problems, absent, self._events, last.events)
+        breaker = self._guard("health", problems, absent, self._breaker, last.breaker)
+        self._last = Snapshot(
+            taken_at=time.time(),
+            context=last.context,
+            nodes=nodes,
+            queues=queues,
+            models=models,
+            sandboxes=sandboxes,
+            events=events,
+            breaker=breaker,
+            problems=tuple(sorted(problems.items())),
+            absent=tuple(absent),
+        )
+        return self._last
+
+    def _guard(
+        self, name: str, problems: dict[str, str], absent: list[str], read: Any, last: Any
+    ) -> Any:
+        try:
+            return read()
+        except ApiException as err:
+            if err.status == 404:
+                absent.append(name)
+                return type(last)()
+            problems[name] = f"{err.status} {err.reason}"
+        except Exception as err:  # unreachable: keep the last answer, say it is stale
+            problems.setdefault("api", f"unreachable: {one_line(err, 160)}")
+        return last
+
+    # Prometheus: which GPUs report, and which exporters are up, per node
+    def _prometheus(
+        self, problems: dict[str, str]
+    ) -> tuple[dict[str, int], dict[str, bool]] | None:
+        if self.prom is None:
+            return None
+        keys = ", ".join(HOST_LABELS)
+        answers = reading.read(
+            self.prom,
+            {
+                "present": f"count by ({keys}) ({PRESENCE})",
+                "up": f'up{{job="{self.source.exporter_job}"}}',
+            },
+        )
+        if isinstance(answers, str):
+            problems["prometheus"] = answers
+            return self._last_prom
+        reporting: dict[str, int] = {}
+        for sample in answers.get("present", []):
+            labels = sample.get("metric", {})
+            host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
+            if host:
+                reporting[host] = reporting.get(host, 0) + int(float(sample["value"][1]))
+        up: dict[str, bool] = {}
+        for sample in answers.get("up", []):
+            labels = sample.get("metric", {})
+            host = next((labels[k] for k in UP_NODE_LABELS if labels.get(k)), None)
+            if host:
+                up[host] = up.get(host, False) or float(sample["value"][1]) == 1.0
+        if not reporting and not up:
+            problems["prometheus"] = (
+                f"no DCGM series (job {self.source.exporter_job!r}): is the exporter scraped?"
+            )
+        self._last_prom = (reporting, up)
+        return self._last_prom
+
+    def _fleet(self, prom: Readings | None, last: Snapshot) -> tuple[Node, ...]:
+        """The node rows; rebuilt only when a watch or Prometheus brought something new."""
+        key = (self.nodes.version, self.pods.version, id(prom))
+        if key == self._fleet_key:
+            return last.nodes
+        allocated: dict[str, int] = {}
+        for host, gpus in self.pods.items().values():
+            allocated[host] = allocated.get(host, 0) + gpus
+        reporting, up = prom if prom is not None else ({}, {})
+        rows = []
+        for name, node in sorted(self.nodes.items().items()):
+            changes: dict[str, Any] = {}
+            if allocated.get(name):
+                changes["allocated"] = allocated[name]
+            if prom is not None:
+                changes["exporter_up"] = up.get(name)
+                changes["reporting"] = reporting.get(name, 0) if up.get(name) else None
+            rows.append(replace(node, **changes) if changes else node)
+        self._fleet_key = key
+        return tuple(rows)
+
+    def _queues(self) -> tuple[Queue, ...]:
+        group, version = KUEUE
+        lqs = self.custom.list_cluster_custom_object(
+            group, version, "localqueues", _request_timeout=TIMEOUT
+        )
+        by_cq: dict[str, list[str]] = {}
+        for lq in lqs.get("items", []):
+            cq = (lq.get("spec") or {}).get("clusterQueue", "")
+            meta = lq["metadata"]
+            by_cq.setdefault(cq, []).append(f"{meta.get('namespace')}/{meta['name']}")
+        cqs = self.custom.list_cluster_custom_object(
+            group, version, "clusterqueues", _request_timeout=TIMEOUT
+        )
+        return tuple(
+            queue_row(cq, tuple(sorted(by_cq.get(cq["metadata"]["name"], ()))))
+            for cq in sorted(cqs.get("items", []), key=lambda o: o["metadata"]["name"])
+        )
+
+    def _models(self) -> tuple[Model, ...]:
+        raw = self.apps.list_deployment_for_all_namespaces(
+            label_selector="app.kubernetes.io/part-of=gridloop",
+            _preload_content=False,
+            _request_timeout=TIMEOUT,
+        )
+        rows = (model_row(d) for d in json.loads(raw.data)["items"])
+        return tuple(sorted((m for m in rows if m), key=lambda m: (m.namespace, m.name)))
+
+    def _sandboxes(self) -> tuple[Sandbox, ...]:
+        group, version = SANDBOX
+
+        def items(plural: str) -> list[dict[str, Any]]:
+            answer = self.custom.list_cluster_custom_object(
+                group, version, plural, _request_timeout=TIMEOUT
+            )
+            return list(answer.get("items", []))
+
+        templates = items("sandboxtemplates")
+        pools: dict[tuple[str, str], dict[str, Any]] = {}
+        for p in items("sandboxwarmpools"):
+            ref = ((p.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
+            pools[(p["metadata"].get("namespace", ""), ref)] = p
+        claims: dict[tuple[str, str], int] = {}
+        for c in items("sandboxclaims"):
+            spec = c.get("spec") or {}
+            ref = (spec.get("sandboxTemplateRef") or spec.get("templateRef") or {}).get("name", "")
+            key = (c["metadata"].get("namespace", ""), ref)
+            claims[key] = claims.get(key, 0) + 1
+        rows = []
+        for t in templates:
+            ns, name = t["metadata"].get("namespace", ""), t["metadata"]["name"]
+            pod = ((t.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+            pool = pools.get((ns, name))
+            rows.append(
+                Sandbox(
+                    namespace=ns,
+                    template=name,
+                    runtime_class=pod.get("runtimeClassName", ""),
+                    warm_pool=None if pool is None else int(pool["spec"].get("replicas", 0)),
+                    warm_ready=None
+                    if pool is None
+                    else int((pool.get("status") or {}).get("readyReplicas") or 0),
+                    claims=claims.get((ns, name), 0),
+                )
+            )
+        return tuple(sorted(rows, key=lambda s: (s.namespace, s.template)))
+
+    def _events(self) -> tuple[Event, ...]:
+        raw = self.core.list_event_for_all_namespaces(
+            field_selector=f"source={MANAGER}",
+            _preload_content=False,
+            _request_timeout=TIMEOUT,
+        )
+        rows = sorted(
+            (event_row(e) for e in json.loads(raw.data)["items"]),
+            key=lambda e: e.time,
+            reverse=True,
+        )
+        return tuple(rows[: self.MAX_EVENTS])
+
+    def _breaker(self) -> Breaker:
+        try:
+            cm = self.core.read_namespaced_config_map(
+                STATUS_CONFIGMAP, self.source.health_namespace, _request_timeout=TIMEOUT
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return Breaker()
+            raise
+        saved = breakers.from_json((cm.data or {}).get("breaker", ""))
+        return Breaker(tripped=saved.tripped, reason=saved.reason, found=True)

@@ -1,0 +1,127 @@
+"""What `gridloop status` saw, as plain data: one immutable Snapshot per refresh.
+
+Built by collecting.py from the API server and Prometheus; views.py, printing.py
+and the UI only read it. A source that could not be read leaves its last good data
+in place and a line in `problems`, so a view can show stale data and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# a node's verdict, worst first (sorting by verdict puts trouble on top)
+QUARANTINED = "quarantined"
+NOT_READY = "not-ready"
+EXPORTER_DOWN = "exporter-down"
+GPUS_MISSING = "gpus-missing"
+CORDONED = "cordoned"
+OPTED_OUT = "opted-out"
+HEALTHY = "healthy"
+VERDICTS = (QUARANTINED, NOT_READY, EXPORTER_DOWN, GPUS_MISSING, CORDONED, OPTED_OUT, HEALTHY)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    site: str
+    pool: str
+    region: str
+    product: str
+    gpus: int  # allocatable nvidia.com/gpu
+    allocated: int = 0  # requested by pods bound to the node and not finished
+    reporting: int | None = None  # GPUs with DCGM samples; None: Prometheus not read
+    exporter_up: bool | None = None  # None: Prometheus not read
+    ready: bool = True
+    unschedulable: bool = False
+    quarantined_by: str = ""  # the manager that quarantined it (gridloop-health), or ""
+    reason: str = ""  # gridloop's recorded reason
+    faulty: tuple[str, ...] = ()  # the GPU UUIDs gridloop's record names
+    quarantined_at: str = ""
+    opted_out: bool = False
+    taints: tuple[str, ...] = ()  # "key=value:Effect"
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def healthy(self) -> int | None:
+        """GPUs that report and are not named in a quarantine record."""
+        if self.reporting is None:
+            return None
+        return max(0, min(self.reporting, self.gpus) - len(self.faulty))
+
+
+@dataclass(frozen=True)
+class FlavorQuota:
+    flavor: str
+    nominal: int  # GPUs
+    usage: int  # GPUs admitted workloads hold, borrowed ones included
+    borrowed: int = 0
+    configured: int | None = None  # the quota before the health service lowered it
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    cohort: str
+    flavors: tuple[FlavorQuota, ...]
+    pending: int = 0
+    admitted: int = 0
+    reserving: int = 0
+    active: bool = True
+    manual: str = ""  # quota.gridloop.io/manual, as written
+    local_queues: tuple[str, ...] = ()  # "namespace/name"
+
+
+@dataclass(frozen=True)
+class Model:
+    namespace: str
+    name: str
+    kind: str  # Deployment or Workspace
+    replicas: int
+    ready: int
+    endpoint: str
+    load_format: str
+    revision: str
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    namespace: str
+    template: str
+    runtime_class: str
+    warm_pool: int | None = None  # desired warm sandboxes; None: no warm pool
+    warm_ready: int | None = None
+    claims: int = 0
+
+
+@dataclass(frozen=True)
+class Event:
+    time: str  # ISO 8601, UTC
+    type: str  # Normal or Warning
+    reason: str
+    object: str  # "Node/us-east-h100-002"
+    message: str
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Breaker:
+    tripped: bool = False
+    reason: str = ""
+    found: bool = False  # the health service's status ConfigMap exists
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: float  # wall clock, seconds
+    context: str = ""
+    nodes: tuple[Node, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    models: tuple[Model, ...] = ()
+    sandboxes: tuple[Sandbox, ...] = ()
+    events: tuple[Event, ...] = ()
+    breaker: Breaker = field(default_factory=Breaker)
+    # source ("api", "prometheus", "kueue", "sandboxes", ...) -> why it is stale or absent
+    problems: tuple[tuple[str, str], ...] = ()
+    # sources that are not installed on this cluster (not an error: the view says so)
+    absent: tuple[str, ...] = ()
