@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gridloop.bundle import commands as bundle_commands
 from gridloop.chart import commands as chart_commands
+from gridloop.dashboards import commands as dashboard_commands
 from gridloop.errors import GridloopError
 from gridloop.health import commands as health_commands
 from gridloop.local import commands as local_commands
@@ -30,6 +31,7 @@ def make_parser() -> argparse.ArgumentParser:
     sim_commands.register(sub)
     bundle_commands.register(sub)
     chart_commands.register(sub)
+    dashboard_commands.register(sub)
     status_commands.register(sub)
     return parser
 

@@ -200,7 +200,10 @@ def test_controller_config_puts_every_listener_on_loopback_with_its_own_port() -
     config = controller_config(ports, "/state/pki/kueue", ("batch/job", "ray.io/rayjob"))
 
     assert config["webhook"] == {"host": "127.0.0.1", "port": 41009, "certDir": "/state/pki/kueue"}
-    assert config["metrics"] == {"bindAddress": "127.0.0.1:41010"}
+    assert config["metrics"] == {
+        "bindAddress": "127.0.0.1:41010",
+        "enableClusterQueueResources": True,
+    }
     assert config["health"] == {"healthProbeBindAddress": "127.0.0.1:41008"}
     assert config["visibilityServer"] == {"bindAddress": "127.0.0.1"}
 

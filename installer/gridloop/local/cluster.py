@@ -245,9 +245,13 @@ def _prepare(
         link = d / "bin" / tool
         link.unlink(missing_ok=True)
         link.symlink_to(binaries[tool])
-    nodes = [p.name for p in planned_nodes(fleet)]
+    planned = planned_nodes(fleet)
+    nodes = [p.name for p in planned]
     token = _kueue_token(state) if fleet.kueue.enabled else None
-    scrape = flags.prometheus_config(state.ports, nodes, token, pki.path("ca.crt"))
+    places = {p.name: (p.site, p.pool) for p in planned}
+    scrape = flags.prometheus_config(
+        state.ports, nodes, token, pki.path("ca.crt"), places=places, workloads=True
+    )
     (d / "prometheus.yml").write_text(yaml.safe_dump(scrape, sort_keys=False))
     if fleet.kueue.enabled:
         serving = certs.ensure_loopback_server(

@@ -17,10 +17,12 @@ cluster, and why:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gridloop.local.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
+from gridloop.sim.workloads import vllm_pods
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -230,12 +232,31 @@ def prometheus(binary: Path, ports: Ports, config: Path, data: Path) -> list[str
     ]
 
 
+# the simulated workloads and the health service, each scraped as its own job
+HEALTH_JOB = "gridloop-health"
+VLLM_JOB = "vllm"
+SANDBOX_JOB = "agent-sandbox"
+KSM_JOB = "kube-state-metrics"
+# alerting rules Prometheus loads (relative to its config file; reloaded on SIGHUP)
+RULES_GLOB = "rules/*.yml"
+
+
 def prometheus_config(
-    ports: Ports, nodes: list[str], kueue_token: Path | None = None, ca: Path | None = None
+    ports: Ports,
+    nodes: list[str],
+    kueue_token: Path | None = None,
+    ca: Path | None = None,
+    places: Mapping[str, tuple[str, str]] | None = None,
+    workloads: bool = False,
 ) -> dict[str, object]:
-    """Scrape each simulated node's exporter as its own target, labelled with its node;
+    """Scrape each simulated node's exporter as its own target, labelled with its node
+    (and, from `places`, its `site` and `pool`, as the chart's relabelling does);
     with `kueue_token`, also Kueue's HTTPS /metrics with that bearer token, checked
-    against the cluster CA `ca` that signed Kueue's serving certificate."""
+    against the cluster CA `ca` that signed Kueue's serving certificate. With
+    `workloads`, also the health service, the simulated vLLM replicas, agent-sandbox
+    controller and kube-state-metrics (gridloop.sim.workloads), and the rules in
+    RULES_GLOB."""
+    where = places or {}
     jobs: list[dict[str, object]] = [
         {
             "job_name": EXPORTER_JOB,
@@ -246,6 +267,11 @@ def prometheus_config(
                         "node": node,
                         "instance": node,
                         "__metrics_path__": f"/nodes/{node}/metrics",
+                        **(
+                            {"site": where[node][0], "pool": where[node][1]}
+                            if node in where
+                            else {}
+                        ),
                     },
                 }
                 for node in nodes
@@ -262,10 +288,51 @@ def prometheus_config(
                 "static_configs": [{"targets": [f"{LOOPBACK}:{ports.kueue_metrics}"]}],
             }
         )
-    return {
+    config: dict[str, object] = {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
         "scrape_configs": jobs,
     }
+    if workloads:
+        jobs.extend(_workload_jobs(ports))
+        config["rule_files"] = [RULES_GLOB]
+    return config
+
+
+def _workload_jobs(ports: Ports) -> list[dict[str, object]]:
+    sim = f"{LOOPBACK}:{ports.dcgm_sim}"
+    return [
+        {
+            "job_name": HEALTH_JOB,
+            "static_configs": [{"targets": [f"{LOOPBACK}:{ports.health}"]}],
+        },
+        {
+            "job_name": VLLM_JOB,
+            "static_configs": [
+                {
+                    "targets": [sim],
+                    "labels": {
+                        "namespace": namespace,
+                        "pod": pod,
+                        "instance": pod,
+                        "__metrics_path__": f"/workloads/vllm/{pod}/metrics",
+                    },
+                }
+                for namespace, pod in vllm_pods()
+            ],
+        },
+        {
+            "job_name": SANDBOX_JOB,
+            "metrics_path": "/workloads/agent-sandbox/metrics",
+            "static_configs": [{"targets": [sim]}],
+        },
+        {
+            "job_name": KSM_JOB,
+            "metrics_path": "/workloads/kube-state-metrics/metrics",
+            # kube-state-metrics' own namespace/pod labels are the objects', not the target's
+            "honor_labels": True,
+            "static_configs": [{"targets": [sim]}],
+        },
+    ]
 
 
 def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[str]:

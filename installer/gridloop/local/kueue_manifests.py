@@ -154,7 +154,12 @@ def controller_config(ports: Ports, cert_dir: str, frameworks: Iterable[str]) ->
         "manageJobsWithoutQueueName": False,
         "internalCertManagement": {"enable": False},
         "webhook": {"host": LOOPBACK, "port": ports.kueue_webhook, "certDir": cert_dir},
-        "metrics": {"bindAddress": f"{LOOPBACK}:{ports.kueue_metrics}"},
+        # per-flavor quota and usage gauges (kueue_cluster_queue_nominal_quota, ...) for
+        # the Queues dashboard; upstream leaves them off
+        "metrics": {
+            "bindAddress": f"{LOOPBACK}:{ports.kueue_metrics}",
+            "enableClusterQueueResources": True,
+        },
         "health": {"healthProbeBindAddress": f"{LOOPBACK}:{ports.kueue}"},
         "leaderElection": {"leaderElect": False},
         # its port comes from --visibility-server-port; upstream binds every interface

@@ -1,7 +1,10 @@
 """The simulated dcgm-exporters: one HTTP server standing in for every node's exporter.
 
 Prometheus scrapes ``/nodes/<node>/metrics`` as if each were a node's dcgm-exporter
-(``/targets`` lists the nodes, to generate its scrape config). A node with an
+(``/targets`` lists the nodes, to generate its scrape config). The simulated workloads
+(``workloads.py``) are served beside them: ``/workloads/vllm/<pod>/metrics`` per vLLM
+replica, ``/workloads/agent-sandbox/metrics`` and
+``/workloads/kube-state-metrics/metrics``. A node with an
 ``exporter-down`` fault answers 503, so Prometheus records ``up == 0`` for it exactly as
 for a crashed exporter. Faults come from the faults file, re-read whenever it changes
 (``gridloop sim inject`` replaces it atomically), so injecting needs no second channel.
@@ -31,6 +34,7 @@ from gridloop.fleet import FleetError, PlannedNode, load_fleet, planned_nodes
 from gridloop.sim.exposition import render_node
 from gridloop.sim.faults import FaultSet
 from gridloop.sim.storing import read_faults
+from gridloop.sim.workloads import render_agent_sandbox, render_kube_state, render_vllm
 
 HOST = "127.0.0.1"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -101,8 +105,26 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 body = render_node(node, faults, time.time(), sim.started)
                 self._send(HTTPStatus.OK, body, CONTENT_TYPE)
+        elif parts[0] == "workloads":
+            self._workloads(parts[1:], sim.started)
         else:
             self._send(HTTPStatus.NOT_FOUND, "try /nodes/<node>/metrics or /targets\n")
+
+    def _workloads(self, parts: list[str], started: float) -> None:
+        now = time.time()
+        body: str | None = None
+        if parts == ["agent-sandbox", "metrics"]:
+            body = render_agent_sandbox(now, started)
+        elif parts == ["kube-state-metrics", "metrics"]:
+            body = render_kube_state(now, started)
+        elif len(parts) == 3 and parts[0] == "vllm" and parts[2] == "metrics":
+            body = render_vllm(parts[1], now, started)
+        if body is None:
+            self._send(
+                HTTPStatus.NOT_FOUND, f"no simulated workload at /workloads/{'/'.join(parts)}\n"
+            )
+        else:
+            self._send(HTTPStatus.OK, body, CONTENT_TYPE)
 
     def _send(self, status: HTTPStatus, body: str, ctype: str = "text/plain") -> None:
         data = body.encode()

@@ -1,0 +1,1 @@
+"""Grafana dashboards as code: each dashboard built in Python, written into the chart."""
