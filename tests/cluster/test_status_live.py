@@ -125,7 +125,7 @@ def test_a_quarantine_and_its_quota_change_show_up_live_and_can_be_found(
             await until(
                 pilot,
                 lambda: any(
-                    r.cells[2] == "GPUQuarantined" and r.key == f"Node/{FAILING}" for r in app.shown
+                    r.cells[2] == "GPUQuarantined" and r.cells[3] == f"Node/{FAILING}" for r in app.shown
                 ),
                 "the GPUQuarantined event",
             )

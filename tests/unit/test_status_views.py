@@ -163,6 +163,7 @@ def test_json_output_carries_verdicts_and_every_field():
     data = json.loads(printing.as_json(snap, ["fleet", "queues"]))
     assert data["nodes"][0]["verdict"] == "healthy" and data["nodes"][0]["labels"] == {"k": "v"}
     assert data["nodes"][0]["healthy"] is None and data["queues"] == []
+    assert data["nodes"][0]["exporterUp"] is None  # camelCase, as kubectl's JSON
     assert set(data) >= {"summary", "breaker", "problems", "absent", "context"}
 
 
@@ -315,3 +316,22 @@ def test_a_model_is_a_deployment_whose_pods_carry_the_model_label():
     assert m.endpoint == "http://gridloop-model-llama.inference.svc:8000/v1"
     dep["spec"]["template"]["metadata"]["labels"] = {}
     assert collecting.model_row(dep) is None
+
+
+def test_every_row_key_is_unique_even_with_many_events_about_one_node():
+    events = tuple(
+        Event(f"2027-01-15T08:0{i}:00Z", "Warning", "GPUQuarantined", "Node/a", "xid-79")
+        for i in range(3)
+    )
+    rows = views.events(Snapshot(taken_at=NOW, events=events)).rows
+    assert len({r.key for r in rows}) == 3
+
+
+def test_once_output_keeps_the_rows_the_filter_keeps():
+    snap = Snapshot(taken_at=NOW, nodes=(node("us-east-1"), node("onprem-1", site="onprem")))
+    text = printing.as_table(snap, ["fleet"], "onprem")
+    assert "onprem-1" in text and "us-east-1" not in text
+    assert [
+        n["name"] for n in json.loads(printing.as_json(snap, ["fleet"], "onprem"))["nodes"]
+    ] == ["onprem-1"]
+    assert "(no rows match 'gone')" in printing.as_table(snap, ["fleet"], "gone")

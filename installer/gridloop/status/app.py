@@ -11,9 +11,11 @@ health service's breaker, each after a confirmation.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -23,6 +25,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
+from gridloop.errors import ClusterError
 from gridloop.status import views
 from gridloop.status.snapshot import Snapshot
 
@@ -168,6 +171,7 @@ class StatusApp(App[None]):
         interval: float = 2.0,
         act: Act | None = None,
         live: bool = True,
+        filter_text: str = "",
     ) -> None:
         super().__init__()
         self.source = source
@@ -176,7 +180,7 @@ class StatusApp(App[None]):
         self.act = act  # None: read-only
         self.live = live  # False: one snapshot, no refresh loop (screenshots, tests)
         self.snapshot: Snapshot | None = None
-        self.filter_text = ""
+        self.filter_text = filter_text
         self.sort_column: int | None = None
         self.sort_reverse = False
         self.prompt_kind = ""
@@ -438,5 +442,19 @@ class StatusApp(App[None]):
         self.call_from_thread(self.poll)
 
 
-def run(source: Source, **kwargs: Any) -> None:
-    StatusApp(source, **kwargs).run()
+def screenshot(
+    app: StatusApp, path: Path, size: tuple[int, int] = (160, 36), timeout: float = 60.0
+) -> None:
+    """Run `app` headless until its first data is drawn, and save the screen as SVG."""
+
+    async def draw() -> None:
+        async with app.run_test(size=size) as pilot:
+            deadline = time.monotonic() + timeout
+            while app.first_data_at is None:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"no data to draw within {timeout:.0f}s")
+                await pilot.pause(0.02)
+            await pilot.pause(0.1)
+            path.write_text(app.export_screenshot(title="gridloop status"))
+
+    asyncio.run(draw())

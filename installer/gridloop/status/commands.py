@@ -50,7 +50,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="fleet",
         help="the view to open (default fleet)",
     )
+    p.add_argument("--filter", default="", metavar="TEXT", help="start with this `/` filter")
     p.add_argument("--once", action="store_true", help="print once and exit (no UI)")
+    p.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="FILE.svg",
+        help="draw the UI once, headless, save it as SVG and exit (for docs and bug reports)",
+    )
     p.add_argument(
         "--output",
         "-o",
@@ -98,6 +105,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     once = args.once or args.output is not None
     if args.allow_actions and once:
         raise UsageError("--allow-actions: only for the live UI, not with --once/--output")
+    if args.screenshot is not None and args.screenshot.suffix != ".svg":
+        raise UsageError(f"--screenshot {args.screenshot}: must end in .svg")
+    if args.screenshot is not None and not args.screenshot.parent.is_dir():
+        raise UsageError(f"--screenshot {args.screenshot}: no such folder")
     source = _source(args)
     collector = collecting.Collector(source).start()
     try:
@@ -107,16 +118,29 @@ def cmd_status(args: argparse.Namespace) -> int:
             snapshot = collector.snapshot()
             chosen = list(views.VIEWS) if args.all else [args.view]
             out = printing.as_json if args.output == "json" else printing.as_table
-            sys.stdout.write(out(snapshot, chosen))
+            sys.stdout.write(out(snapshot, chosen, args.filter))
             # the data was printed either way; a stale source is an error for scripts
             return 3 if snapshot.problems else 0
+        from gridloop.status.app import StatusApp, screenshot
+
+        if args.screenshot is not None:
+            app = StatusApp(collector.snapshot, view=args.view, live=False, filter_text=args.filter)
+            screenshot(app, args.screenshot)
+            print(f"wrote {args.screenshot}", file=sys.stderr)
+            return 0
         if not sys.stdout.isatty():
             raise UsageError("stdout is not a terminal: use --once (and --output json)")
         from gridloop.status.acting import Actions
-        from gridloop.status.app import StatusApp
 
         act = Actions(collector.api, source.health_namespace) if args.allow_actions else None
-        StatusApp(collector.snapshot, view=args.view, interval=args.interval, act=act).run()
+        app = StatusApp(
+            collector.snapshot,
+            view=args.view,
+            interval=args.interval,
+            act=act,
+            filter_text=args.filter,
+        )
+        app.run()
         return 0
     finally:
         collector.stop()

@@ -1,16 +1,42 @@
-"""`gridloop status --once`: the same views as the UI, as a table or as JSON."""
+"""`gridloop status --once`: the same views as the UI, as a table or as JSON.
+
+JSON keys are camelCase, as kubectl's; a `--filter` keeps the same rows the UI would.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 
 from gridloop.status import views
 from gridloop.status.snapshot import Snapshot
 
+FIELDS = {"fleet": "nodes", "queues": "queues", "inference": "models", "sandboxes": "sandboxes"}
+FIELDS["events"] = "events"
 
-def as_json(snapshot: Snapshot, chosen: Sequence[str]) -> str:
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def _camelized(value: object) -> object:
+    if isinstance(value, dict):
+        return {_camel(str(k)): _camelized(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_camelized(v) for v in value]
+    return value
+
+
+def _kept(snapshot: Snapshot, view: str, filter_text: str) -> list[int]:
+    """Which of the view's objects (by position) the filter keeps."""
+    rows = views.table(snapshot, view).rows
+    keep = {r.key for r in views.filtered(rows, filter_text)}
+    return [i for i, r in enumerate(rows) if r.key in keep]
+
+
+def as_json(snapshot: Snapshot, chosen: Sequence[str], filter_text: str = "") -> str:
     """Every chosen view's objects with all their fields, plus the verdicts and summary."""
     data = dataclasses.asdict(snapshot)
     out: dict[str, object] = {
@@ -22,35 +48,35 @@ def as_json(snapshot: Snapshot, chosen: Sequence[str]) -> str:
         "absent": list(snapshot.absent),
     }
     for view in chosen:
+        key = FIELDS[view]
+        items = data[key]
         if view == "fleet":
-            nodes = []
-            for node, raw in zip(snapshot.nodes, data["nodes"], strict=True):
+            for node, raw in zip(snapshot.nodes, items, strict=True):
                 state, why = views.verdict(node)
-                raw["labels"] = dict(node.labels)
-                nodes.append({**raw, "healthy": node.healthy, "verdict": state, "why": why})
-            out["nodes"] = nodes
-        else:
-            key = {"queues": "queues", "inference": "models"}.get(view, view)
-            out[key] = data[key]
-    return json.dumps(out, indent=2, sort_keys=True) + "\n"
+                raw.update(labels=dict(node.labels), healthy=node.healthy, verdict=state, why=why)
+        if view == "events":  # the view's order: newest first
+            items = sorted(items, key=lambda e: e["time"], reverse=True)
+        out[key] = [items[i] for i in _kept(snapshot, view, filter_text)]
+    return json.dumps(_camelized(out), indent=2, sort_keys=True) + "\n"
 
 
-def as_table(snapshot: Snapshot, chosen: Sequence[str]) -> str:
+def as_table(snapshot: Snapshot, chosen: Sequence[str], filter_text: str = "") -> str:
     lines = [views.summary(snapshot)]
     stale = views.stale(snapshot)
     if stale:
         lines.append(f"STALE: {stale}")
     for view in chosen:
         table = views.table(snapshot, view)
+        rows = views.filtered(table.rows, filter_text)
         lines += ["", f"{view.upper()}"]
-        if not table.rows:
-            lines.append(f"  ({table.empty})")
+        if not rows:
+            lines.append(f"  ({f'no rows match {filter_text!r}' if table.rows else table.empty})")
             continue
-        lines += _aligned([c.title for c in table.columns], [r.cells for r in table.rows])
+        lines += _aligned([c.title for c in table.columns], [r.cells for r in rows])
     return "\n".join(lines) + "\n"
 
 
-def _aligned(header: list[str], rows: list[tuple[str, ...]]) -> list[str]:
+def _aligned(header: list[str], rows: Sequence[tuple[str, ...]]) -> list[str]:
     """kubectl-style columns: padded to the widest cell, three spaces between."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     out = []

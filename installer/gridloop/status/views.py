@@ -236,12 +236,13 @@ def events(snapshot: Snapshot) -> Table:
     )
     rows = []
     ordered = sorted(snapshot.events, key=lambda e: e.time, reverse=True)
-    for e in ordered:
+    for i, e in enumerate(ordered):
         age = _age(e.time, snapshot.taken_at)
         cells = (age, e.type, e.reason, e.object, str(e.count), e.message)
         # sorting LAST SEEN by the negated age keeps "newest first" the ascending order
         keys = (_negated_time(e.time), e.type, e.reason, e.object, e.count, e.message)
-        rows.append(Row(e.object, cells, keys, alert=e.type == "Warning"))
+        # an object has many events: the key (unique per table) carries the position
+        rows.append(Row(f"{e.object}#{i}", cells, keys, alert=e.type == "Warning"))
     return Table("events", columns, tuple(rows), "no events from the GPU health service")
 
 
