@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from rich.console import JustifyMethod
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -68,6 +69,54 @@ ACTIONS_HELP = """
   u        uncordon the selected node      (--allow-actions, asks first)
   R        reset the health breaker         (--allow-actions, asks first)
 """
+
+MAX_WIDTH = 90  # a column wider than this (a long REASON or MESSAGE) is cut on screen
+
+
+def _widths(columns: tuple[views.Column, ...], rows: tuple[views.Row, ...]) -> tuple[int, ...]:
+    """Each column as wide as its widest cell over all rows, so scrolling never jitters."""
+    widths = [len(c.title) for c in columns]
+    for row in rows:
+        for i, cell in enumerate(row.cells):
+            if len(cell) > widths[i]:
+                widths[i] = len(cell)
+    return tuple(min(w, MAX_WIDTH) for w in widths)
+
+
+class WindowTable(DataTable[Text]):
+    """A DataTable over a window of the rows: its cursor keys move over all rows."""
+
+    def _app(self) -> StatusApp:
+        app = self.app
+        assert isinstance(app, StatusApp)
+        return app
+
+    def action_cursor_up(self) -> None:
+        self._app().move(-1)
+
+    def action_cursor_down(self) -> None:
+        self._app().move(+1)
+
+    def action_page_up(self) -> None:
+        self._app().move(-self._app()._page())
+
+    def action_page_down(self) -> None:
+        self._app().move(+self._app()._page())
+
+    def action_scroll_top(self) -> None:
+        self._app().move(to=0)
+
+    def action_scroll_bottom(self) -> None:
+        self._app().move(to=len(self._app().shown) - 1)
+
+    def _on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        event.stop()
+        self._app().move(+3)
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        event.stop()
+        self._app().move(-3)
+
 
 Source = Callable[[], Snapshot]
 Act = Callable[[str, str], str]  # (action, node) -> what was done
@@ -184,23 +233,34 @@ class StatusApp(App[None]):
         self.sort_column: int | None = None
         self.sort_reverse = False
         self.prompt_kind = ""
-        self.shown: tuple[views.Row, ...] = ()
+        self.shown: tuple[views.Row, ...] = ()  # every row of the view, filtered and sorted
         self.shown_view = ""
+        self.widths: tuple[int, ...] = ()
+        self.window: tuple[views.Row, ...] = ()  # the rows the DataTable holds
+        self.layout: tuple[str, tuple[int, ...]] = ("", ())
+        self.offset = 0  # index in `shown` of the window's first row
+        self.cursor = 0  # index in `shown` of the selected row
         self.good_at = 0.0  # when the last snapshot with no problems came in
-        self.first_data_at: float | None = None  # monotonic time of the first painted data
+        self.first_frame_at: float | None = None  # monotonic: the UI is on screen
+        self.first_data_at: float | None = None  # monotonic: the first data is on screen
         self.refreshes = 0
 
     def compose(self) -> ComposeResult:
         yield Static("gridloop status: connecting…", id="header")
         yield Static("", id="stale")
         yield Input(id="prompt")
-        yield DataTable(cursor_type="row", zebra_stripes=True, id="table")
+        yield WindowTable(cursor_type="row", zebra_stripes=True, id="table")
         yield Static("", id="empty")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
+        self.call_after_refresh(self._first_frame)
         self.poll()
+
+    def _first_frame(self) -> None:
+        if self.first_frame_at is None:
+            self.first_frame_at = time.monotonic()
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:
@@ -226,6 +286,10 @@ class StatusApp(App[None]):
             self.good_at = snapshot.taken_at
         self._draw_header()
         self._draw_table()
+        if self.first_data_at is None:
+            self.call_after_refresh(self._first_data)
+
+    def _first_data(self) -> None:
         if self.first_data_at is None:
             self.first_data_at = time.monotonic()
 
@@ -265,41 +329,77 @@ class StatusApp(App[None]):
         return table.columns, rows, table.empty
 
     def _draw_table(self) -> None:
+        """Work out the rows (filtered, sorted), then paint the window of them on screen."""
         if self.snapshot is None:
             return
         columns, rows, empty = self._rows()
-        widget = self.query_one(DataTable)
-        if self.shown_view == self.view and rows == self.shown:
-            self._draw_empty(empty)
-            return  # nothing moved: no work for the table
-        same_keys = (
-            self.shown_view == self.view
-            and len(rows) == len(self.shown)
-            and all(a.key == b.key for a, b in zip(rows, self.shown, strict=True))
-        )
-        if same_keys:
-            for new, old in zip(rows, self.shown, strict=True):
-                if new != old:
-                    for i, (cell, was) in enumerate(zip(new.cells, old.cells, strict=True)):
-                        if cell != was or new.alert != old.alert:
-                            cell_text = self._cell(new, cell, columns[i].numeric)
-                            widget.update_cell(new.key, str(i), cell_text)
-        else:
-            cursor = widget.cursor_row
-            widget.clear(columns=self.shown_view != self.view)
-            if self.shown_view != self.view:
-                for i, c in enumerate(columns):
-                    label = Text(c.title, justify="right" if c.numeric else "left")
-                    widget.add_column(label, key=str(i))
-            for row in rows:
-                cells = (
-                    self._cell(row, v, c.numeric) for v, c in zip(row.cells, columns, strict=True)
-                )
-                widget.add_row(*cells, key=row.key)
-            if rows:
-                widget.move_cursor(row=min(cursor, len(rows) - 1))
-        self.shown, self.shown_view = rows, self.view
+        if self.shown_view != self.view or rows != self.shown:
+            self.shown, self.shown_view = rows, self.view
+            self.widths = _widths(columns, rows)
+        self._paint(columns)
         self._draw_empty(empty)
+
+    def _page(self) -> int:
+        """How many rows the table shows at once (its height less the header line)."""
+        height = self.query_one(DataTable).size.height or self.size.height - 5
+        return max(1, height - 1)
+
+    def _paint(self, columns: tuple[views.Column, ...]) -> None:
+        """Put rows[offset:offset+page] into the DataTable, changing only what changed.
+
+        Textual's DataTable measures every cell of every row it holds: with 5,000 nodes
+        that is seconds per redraw. It holds one screenful; the window moves instead.
+        """
+        rows, page = self.shown, self._page()
+        self.cursor = max(0, min(self.cursor, len(rows) - 1))
+        if self.cursor < self.offset:
+            self.offset = self.cursor
+        elif self.cursor >= self.offset + page:
+            self.offset = self.cursor - page + 1
+        self.offset = max(0, min(self.offset, len(rows) - page))
+        window = rows[self.offset : self.offset + page]
+        widget = self.query_one(DataTable)
+        layout = (self.view, self.widths)
+        if layout != self.layout:
+            widget.clear(columns=True)
+            for i, (c, width) in enumerate(zip(columns, self.widths, strict=True)):
+                label = Text(c.title, justify="right" if c.numeric else "left")
+                widget.add_column(label, key=str(i), width=width)
+            self.layout, self.window = layout, ()
+        if [r.key for r in window] == [r.key for r in self.window]:
+            for new, old in zip(window, self.window, strict=True):
+                if new == old:
+                    continue
+                for i, (cell, was) in enumerate(zip(new.cells, old.cells, strict=True)):
+                    if cell != was or new.alert != old.alert:
+                        widget.update_cell(new.key, str(i), self._cell(new, cell, columns[i]))
+        else:
+            widget.clear()
+            for row in window:
+                cells = (self._cell(row, v, c) for v, c in zip(row.cells, columns, strict=True))
+                widget.add_row(*cells, key=row.key)
+        self.window = window
+        if window:
+            widget.move_cursor(row=self.cursor - self.offset, animate=False)
+        self._draw_position()
+
+    def _draw_position(self) -> None:
+        total = len(self.shown)
+        where = f"{self.cursor + 1}/{total}" if total else "0/0"
+        self.query_one(DataTable).border_subtitle = where
+        self.sub_title = where
+
+    def move(self, delta: int | None = None, to: int | None = None) -> None:
+        """Move the cursor over all rows (not just the window), scrolling the window."""
+        if not self.shown:
+            return
+        target = to if to is not None else self.cursor + (delta or 0)
+        self.cursor = max(0, min(target, len(self.shown) - 1))
+        self._paint(views.columns(self.view))
+
+    def on_resize(self) -> None:
+        if self.snapshot is not None:
+            self.call_after_refresh(self._paint, views.columns(self.view))
 
     def _draw_empty(self, empty: str) -> None:
         note = self.query_one("#empty", Static)
@@ -310,8 +410,9 @@ class StatusApp(App[None]):
         note.add_class("shown")
 
     @staticmethod
-    def _cell(row: views.Row, value: str, numeric: bool) -> Text:
-        return Text(value, style="red" if row.alert else "", justify="right" if numeric else "left")
+    def _cell(row: views.Row, value: str, column: views.Column) -> Text:
+        justify: JustifyMethod = "right" if column.numeric else "left"
+        return Text(value, style="red" if row.alert else "", justify=justify, no_wrap=True)
 
     # --- keys ----------------------------------------------------------------------
     def action_prompt(self, kind: str) -> None:
@@ -346,6 +447,7 @@ class StatusApp(App[None]):
     def action_view(self, view: str) -> None:
         if view != self.view:
             self.view = view
+            self.cursor = self.offset = 0
             self.sort_column = None
             self.sort_reverse = False
             self.filter_text = ""
@@ -387,7 +489,8 @@ class StatusApp(App[None]):
         self._redraw()
 
     def _redraw(self) -> None:
-        self.shown = ()
+        self.shown_view = ""  # rows, widths and window are worked out again
+        self.cursor = self.offset = 0
         self._draw_header()
         self._draw_table()
 
@@ -400,11 +503,11 @@ class StatusApp(App[None]):
     def selected_key(self) -> str | None:
         if not self.shown:
             return None
-        row = self.query_one(DataTable).cursor_row
-        return self.shown[row].key if 0 <= row < len(self.shown) else None
+        return self.shown[self.cursor].key if 0 <= self.cursor < len(self.shown) else None
 
     @on(DataTable.RowSelected)
     def drill(self, event: DataTable.RowSelected) -> None:
+        self.cursor = self.offset + event.cursor_row  # Enter, or a click on a row
         key = event.row_key.value
         if self.snapshot is None or key is None:
             return

@@ -258,6 +258,7 @@ class Collector:
         self._last = Snapshot(taken_at=time.time(), context=self.context)
         self._fleet_key: tuple[object, ...] = ()
         self._last_prom: Readings | None = None
+        self._first_wait = 0.0
 
     @property
     def context(self) -> str:
@@ -270,11 +271,10 @@ class Collector:
             return ""
 
     def start(self, wait: float = 10.0) -> Collector:
+        """Start the watches; the first snapshot waits up to `wait` s for their lists."""
         self.nodes.start()
         self.pods.start()
-        deadline = time.monotonic() + wait
-        for mirror in (self.nodes, self.pods):
-            mirror.wait_synced(max(0.0, deadline - time.monotonic()))
+        self._first_wait = wait
         return self
 
     def stop(self) -> None:
@@ -282,6 +282,11 @@ class Collector:
         self.pods.stop()
 
     def snapshot(self) -> Snapshot:
+        if self._first_wait:
+            deadline = time.monotonic() + self._first_wait
+            for mirror in (self.nodes, self.pods):
+                mirror.wait_synced(max(0.0, deadline - time.monotonic()))
+            self._first_wait = 0.0
         problems: dict[str, str] = {}
         absent: list[str] = []
         last = self._last
@@ -358,7 +363,8 @@ class Collector:
             problems["prometheus"] = (
                 f"no DCGM series (job {self.source.exporter_job!r}): is the exporter scraped?"
             )
-        self._last_prom = (reporting, up)
+        if (reporting, up) != self._last_prom:  # unchanged answers keep the fleet's rows
+            self._last_prom = (reporting, up)
         return self._last_prom
 
     def _fleet(self, prom: Readings | None, last: Snapshot) -> tuple[Node, ...]:

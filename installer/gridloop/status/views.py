@@ -292,13 +292,17 @@ def summary(snapshot: Snapshot) -> str:
     states = [verdict(n)[0] for n in nodes]
     quarantined = states.count(QUARANTINED)
     trouble = len(states) - states.count(HEALTHY)
-    healthy_gpus = "?" if any(h is None for h in healthy) else str(sum(h or 0 for h in healthy))
+    known = [h for h in healthy if h is not None]
+    unknown = len(healthy) - len(known)
+    healthy_gpus = f"{sum(known)} healthy" if known or not nodes else "? healthy"
+    if known and unknown:
+        healthy_gpus += f", {unknown} node{'s' if unknown > 1 else ''} not reporting"
     breaker = "TRIPPED" if snapshot.breaker.tripped else "ok"
     if not snapshot.breaker.found:
         breaker = "unknown (no health service status)"
     pending = sum(q.pending for q in snapshot.queues)
     return (
-        f"{len(nodes)} GPU nodes, {gpus} GPUs ({allocated} allocated, {healthy_gpus} healthy); "
+        f"{len(nodes)} GPU nodes, {gpus} GPUs ({allocated} allocated, {healthy_gpus}); "
         f"{quarantined} quarantined, {trouble} need attention; breaker {breaker}; "
         f"{len(snapshot.queues)} ClusterQueues, {pending} workloads pending"
     )
