@@ -335,3 +335,14 @@ def test_once_output_keeps_the_rows_the_filter_keeps():
         n["name"] for n in json.loads(printing.as_json(snap, ["fleet"], "onprem"))["nodes"]
     ] == ["onprem-1"]
     assert "(no rows match 'gone')" in printing.as_table(snap, ["fleet"], "gone")
+
+
+def test_a_queue_row_names_its_last_rebalance():
+    q = Queue(name="team-a", cohort="", flavors=(FlavorQuota("f", 8, 0, configured=16),))
+    events = (
+        Event("2027-01-15T08:00:00Z", "Normal", "GPUQuotaLowered", "ClusterQueue/team-a", "f: 8"),
+        Event("2027-01-15T07:00:00Z", "Normal", "GPUQuotaRestored", "ClusterQueue/team-a", "f: 16"),
+        Event("2027-01-15T08:01:00Z", "Warning", "GPUQuarantined", "Node/n", "xid-79"),
+    )
+    [row] = views.queues(Snapshot(taken_at=NOW + 90, queues=(q,), events=events)).rows
+    assert row.cells[-1] == "90s ago: f: 8"

@@ -18,6 +18,7 @@ from gridloop.status.snapshot import (
     OPTED_OUT,
     QUARANTINED,
     VERDICTS,
+    Event,
     Node,
     Queue,
     Snapshot,
@@ -149,7 +150,9 @@ def queues(snapshot: Snapshot) -> Table:
         Column("ADMITTED", True),
         Column("PER FLAVOR (nominal)"),
         Column("LOWERED BY HEALTH"),
+        Column("LAST REBALANCE"),
     )
+    last = _last_quota_events(snapshot)
     rows = []
     for q in snapshot.queues:
         nominal = sum(f.nominal for f in q.flavors)
@@ -169,10 +172,26 @@ def queues(snapshot: Snapshot) -> Table:
             _quota_cell(q, "nominal"),
             down,
         )
+        event = last.get(q.name)
+        change = f"{_age(event.time, snapshot.taken_at)} ago: {event.message}" if event else "-"
+        when = _negated_time(event.time) if event else 0.0
+        row_cells = (*cells, change)
         keys = (q.name, q.cohort, nominal, used, borrowed, q.pending, q.admitted, cells[7], down)
+        row_keys = (*keys, when)
         starving = q.pending > 0 and nominal == 0
-        rows.append(Row(q.name, cells, keys, alert=starving or not q.active))
+        rows.append(Row(q.name, row_cells, row_keys, alert=starving or not q.active))
     return Table("queues", columns, tuple(rows), "no ClusterQueues (is Kueue installed?)")
+
+
+def _last_quota_events(snapshot: Snapshot) -> dict[str, Event]:
+    """The newest quota event the health service wrote about each ClusterQueue."""
+    newest: dict[str, Event] = {}
+    for e in snapshot.events:
+        kind, _, name = e.object.partition("/")
+        quota = kind == "ClusterQueue" and e.reason.startswith("GPUQuota")
+        if quota and (name not in newest or e.time > newest[name].time):
+            newest[name] = e
+    return newest
 
 
 def inference(snapshot: Snapshot) -> Table:
