@@ -1,125 +1,217 @@
-"""The bundle's edits to upstream: Kueue manages Jobs and Ray, operators run pinned images."""
+"""The bundle's edits to upstream: pinned images, and what ties each component to the chart.
+
+KubeRay lands in the release namespace, the DCGM exporter reads gridloop's counters on
+GPU nodes, and Kueue restarts when the config the chart renders changes.
+"""
 
 from __future__ import annotations
 
 import copy
 
 import pytest
-import yaml
 
 from gridloop.bundle import adjustments
-from gridloop.bundle.manifests import ManifestProblem
+from gridloop.bundle.adjustments import (
+    CONFIG_CHECKSUM,
+    DCGM_COUNTERS_CONFIG_MAP,
+    RELEASE_NAMESPACE,
+)
+from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import ImagePin, source_for
 from gridloop.versions import Component
 
-UPSTREAM_CONFIG = """\
-apiVersion: config.kueue.x-k8s.io/v1beta2
-kind: Configuration
-manageJobsWithoutQueueName: false
-integrations:
-  frameworks:
-  - "batch/job"
-  - "pod"
-"""
 
-
-def _config_map(config: str = UPSTREAM_CONFIG) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
-        "data": {"controller_manager_config.yaml": config},
-    }
-
-
-def _deployment(name: str, container: str, image: str) -> dict[str, object]:
+def _workload(
+    name: str, container: str, image: str = "x", kind: str = "Deployment", **pod: object
+) -> Doc:
     return {
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": kind,
         "metadata": {"name": name},
-        "spec": {"template": {"spec": {"containers": [{"name": container, "image": image}]}}},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": container, "image": image}], **pod}}
+        },
     }
 
 
-def _frameworks(docs: list[dict[str, object]]) -> list[str]:
-    data = docs[0]["data"]
-    assert isinstance(data, dict)
-    config = yaml.safe_load(data["controller_manager_config.yaml"])
-    return list(config["integrations"]["frameworks"])
+def _in(namespace: str, doc: Doc) -> Doc:
+    return {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
 
 
-def test_kueue_gets_jobs_and_ray_integrations_added_after_upstreams_own() -> None:
-    wanted = ("batch/job", "ray.io/rayjob", "ray.io/raycluster")
-
-    docs = adjustments.enable_kueue_frameworks([_config_map()], wanted)
-
-    assert _frameworks(docs) == ["batch/job", "pod", "ray.io/rayjob", "ray.io/raycluster"]
+def _pod(doc: Doc) -> Doc:
+    return doc["spec"]["template"]["spec"]
 
 
-def test_the_rest_of_kueues_config_is_kept_and_the_input_is_left_alone() -> None:
-    original = [_config_map()]
-    before = copy.deepcopy(original)
-
-    docs = adjustments.enable_kueue_frameworks(original, ("ray.io/rayjob",))
-
-    config = yaml.safe_load(docs[0]["data"]["controller_manager_config.yaml"])
-    assert config["manageJobsWithoutQueueName"] is False
-    assert config["kind"] == "Configuration"
-    assert original == before
-
-
-def test_a_config_without_integrations_gets_them() -> None:
-    docs = adjustments.enable_kueue_frameworks(
-        [_config_map("kind: Configuration\n")], ("batch/job",)
-    )
-
-    assert _frameworks(docs) == ["batch/job"]
-
-
-@pytest.mark.parametrize(
-    ("docs", "message"),
-    [
-        ([], "no ConfigMap 'kueue-manager-config'"),
-        ([{**_config_map(), "data": {}}], "has no controller_manager_config.yaml"),
-        ([_config_map("- a list\n")], "is not a mapping"),
-    ],
-    ids=["no-config-map", "no-config-key", "config-not-a-mapping"],
-)
-def test_a_kueue_config_that_moved_is_an_error_not_a_silent_skip(
-    docs: list[dict[str, object]], message: str
-) -> None:
-    with pytest.raises(ManifestProblem, match=message):
-        adjustments.enable_kueue_frameworks(docs, ("batch/job",))
+# --- images ---
 
 
 def test_the_operator_image_is_pinned_to_the_versions_file_release() -> None:
     pin = ImagePin(
         "Deployment", "kueue-controller-manager", "manager", "registry.k8s.io/k:{version}"
     )
-    staged = _deployment("kueue-controller-manager", "manager", "staging/kueue:main")
+    staged = _workload("kueue-controller-manager", "manager", "staging/kueue:main")
 
     docs = adjustments.pin_image([staged], pin, "v0.17.1")
 
-    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["image"] == (
-        "registry.k8s.io/k:v0.17.1"
-    )
-    assert staged["spec"]["template"]["spec"]["containers"][0]["image"] == "staging/kueue:main"
+    assert _pod(docs[0])["containers"][0]["image"] == "registry.k8s.io/k:v0.17.1"
+    assert _pod(staged)["containers"][0]["image"] == "staging/kueue:main"
 
 
 def test_a_missing_image_target_is_an_error() -> None:
     pin = ImagePin("Deployment", "kuberay-operator", "kuberay-operator", "q/op:{version}")
 
     with pytest.raises(ManifestProblem, match="no container 'kuberay-operator'"):
-        adjustments.pin_image([_deployment("kuberay-operator", "other", "x")], pin, "v1.5.0")
+        adjustments.pin_image([_workload("kuberay-operator", "other")], pin, "v1.5.0")
 
 
-def test_kueues_source_asks_for_both_edits() -> None:
-    kueue = Component("kueue", "v0.17.1", "sigs.k8s.io/kueue")
-    docs = [_deployment("kueue-controller-manager", "manager", "x:main"), _config_map()]
+# --- KubeRay: into the release namespace ---
 
-    deployment, config_map = adjustments.adjust(source_for("kueue"), kueue, docs)
+KUBERAY = [
+    _in("default", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "op"}}),
+    _in("default", _workload("kuberay-operator", "kuberay-operator")),
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "op"},
+        "roleRef": {"kind": "ClusterRole", "name": "op"},
+        "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "default"}],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "op"},
+    },
+]
 
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
-        "registry.k8s.io/kueue/kueue:v0.17.1"
+
+def test_kuberay_objects_and_the_accounts_they_bind_move_to_the_release_namespace() -> None:
+    before = copy.deepcopy(KUBERAY)
+
+    account, deployment, binding, role = adjustments.into_release_namespace(KUBERAY, "default")
+
+    assert account["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert deployment["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert binding["subjects"][0]["namespace"] == RELEASE_NAMESPACE
+    assert "namespace" not in binding["metadata"] and role == KUBERAY[3]
+    assert before == KUBERAY, "the input is left alone"
+
+
+def test_a_reference_to_the_old_namespace_the_bundle_cannot_move_is_an_error() -> None:
+    hidden = _in("default", _workload("op", "op"))
+    _pod(hidden)["containers"][0]["env"] = [{"name": "X", "namespace": "default"}]
+
+    with pytest.raises(ManifestProblem, match=r"containers\[0\]\.env\[0\]\.namespace"):
+        adjustments.into_release_namespace([hidden], "default")
+
+
+def test_nothing_in_the_namespace_to_move_is_an_error() -> None:
+    with pytest.raises(ManifestProblem, match="no object in namespace 'default'"):
+        adjustments.into_release_namespace([_in("ray", _workload("op", "op"))], "default")
+
+
+# --- the DCGM exporter reads gridloop's counters, on GPU nodes ---
+
+
+def test_the_exporter_mounts_gridloops_counters_and_reads_them() -> None:
+    exporter = _workload(
+        "dcgm-exporter",
+        "dcgm-exporter",
+        kind="DaemonSet",
+        volumes=[{"name": "pod-gpu-resources", "hostPath": {"path": "/var/lib/kubelet"}}],
     )
-    assert {"batch/job", "ray.io/rayjob", "ray.io/raycluster"} <= set(_frameworks([config_map]))
+    _pod(exporter)["containers"][0]["env"] = [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"}]
+
+    (daemonset,) = adjustments.read_gridloop_counters([exporter], "dcgm-exporter", "dcgm-exporter")
+
+    pod = _pod(daemonset)
+    (container,) = pod["containers"]
+    assert container["env"] == [
+        {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
+        {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/gridloop/counters.csv"},
+    ]
+    assert container["volumeMounts"] == [
+        {"name": "gridloop-counters", "mountPath": "/etc/dcgm-exporter/gridloop", "readOnly": True}
+    ]
+    assert pod["volumes"][-1] == {
+        "name": "gridloop-counters",
+        "configMap": {"name": DCGM_COUNTERS_CONFIG_MAP},
+    }
+    assert pod["volumes"][0]["name"] == "pod-gpu-resources"
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+            ]
+        }
+    ]
+    # a quarantined (tainted) node must keep reporting, or it is never released
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert "volumeMounts" not in _pod(exporter)["containers"][0], "the input is left alone"
+
+
+def test_an_exporter_flag_that_would_override_the_counters_is_an_error() -> None:
+    exporter = _workload("dcgm-exporter", "dcgm-exporter", kind="DaemonSet")
+    _pod(exporter)["containers"][0]["args"] = ["-f", "/etc/dcgm-exporter/default-counters.csv"]
+
+    with pytest.raises(
+        ManifestProblem, match="'-f', which would override DCGM_EXPORTER_COLLECTORS"
+    ):
+        adjustments.read_gridloop_counters([exporter], "dcgm-exporter", "dcgm-exporter")
+
+
+def test_an_exporter_that_moved_is_an_error() -> None:
+    with pytest.raises(ManifestProblem, match="no DaemonSet 'dcgm-exporter'"):
+        adjustments.read_gridloop_counters(
+            [_workload("dcgm-exporter", "dcgm-exporter")], "dcgm-exporter", "dcgm-exporter"
+        )
+
+
+# --- Kueue restarts when its config changes ---
+
+MOUNTS_CONFIG = {"volumes": [{"name": "c", "configMap": {"name": "kueue-manager-config"}}]}
+
+
+def test_the_workload_mounting_the_config_carries_its_checksum() -> None:
+    manager = _workload("kueue-controller-manager", "manager", **MOUNTS_CONFIG)
+    other = _workload("other", "other")
+
+    annotated, untouched = adjustments.restart_on_config_change(
+        [manager, other], "kueue-manager-config"
+    )
+
+    assert annotated["spec"]["template"]["metadata"]["annotations"] == {
+        "gridloop.io/config-checksum": CONFIG_CHECKSUM
+    }
+    assert untouched == other and "metadata" not in manager["spec"]["template"]
+
+
+def test_a_config_nobody_mounts_is_an_error() -> None:
+    with pytest.raises(
+        ManifestProblem, match="no workload mounts ConfigMap 'kueue-manager-config'"
+    ):
+        adjustments.restart_on_config_change([_workload("m", "m")], "kueue-manager-config")
+
+
+# --- what each source asks for ---
+
+
+def test_kueue_is_pinned_on_a_rendering_and_tied_to_its_chart_rendered_config() -> None:
+    kueue = Component("kueue", "v0.17.1", "sigs.k8s.io/kueue")
+    source = source_for("kueue")
+    docs = [_workload("kueue-controller-manager", "manager", "x:main", **MOUNTS_CONFIG)]
+
+    (deployment,) = adjustments.integrate(source, adjustments.pin(source, kueue, docs))
+
+    assert _pod(deployment)["containers"][0]["image"] == "registry.k8s.io/kueue/kueue:v0.17.1"
+    assert CONFIG_CHECKSUM in deployment["spec"]["template"]["metadata"]["annotations"].values()
+    assert source.chart_rendered == (("ConfigMap", "kueue-manager-config"),)
+
+
+def test_kuberay_and_the_exporter_are_integrated_from_any_origin() -> None:
+    (moved,) = adjustments.integrate(source_for("kuberay"), [KUBERAY[1]])
+    exporter = _workload("dcgm-exporter", "dcgm-exporter", kind="DaemonSet")
+    (mounted,) = adjustments.integrate(source_for("dcgm-exporter"), [exporter])
+
+    assert moved["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert _pod(mounted)["volumes"][-1]["configMap"]["name"] == DCGM_COUNTERS_CONFIG_MAP

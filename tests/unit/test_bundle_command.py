@@ -34,32 +34,52 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def _objects(component: str) -> list[dict[str, object]]:
-    namespace = f"{component}-system"
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    """A mirrored component: what the bundle's edits need (adjustments.integrate).
+
+    KubeRay's objects sit in `default`, the exporter is a DaemonSet, and Kueue has its
+    controller config, mounted by its Deployment.
+    """
+    namespace = "default" if component == "kuberay" else f"{component}-system"
+    workload = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet" if component == "dcgm-exporter" else "Deployment",
+        "metadata": {"name": component, "namespace": namespace},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [{"name": component, "image": f"mirror/{component}:1"}],
+                    "volumes": [{"name": "config", "configMap": {"name": "kueue-manager-config"}}],
+                }
+            }
+        },
+    }
+    objects: list[dict[str, object]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{component}-system"}},
         {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": f"things.{component}.example", "annotations": {"a": "b"}},
         },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": f"{component}-operator", "namespace": namespace},
-            "spec": {
-                "template": {
-                    "spec": {"containers": [{"name": "op", "image": f"mirror/{component}:1"}]}
-                }
-            },
-        },
+        workload,
     ]
+    if component == "kueue":
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "kueue-manager-config", "namespace": namespace},
+                "data": {"controller_manager_config.yaml": "kind: Configuration\n"},
+            }
+        )
+    return objects
 
 
 def _mirror(root: Path, components: tuple[str, ...] = COMPONENTS) -> Path:
     for component in components:
         folder = root / component
         folder.mkdir(parents=True)
-        crd_first, *rest = _objects(component)[1:2] + _objects(component)[::2]
+        namespace, crd_first, *rest = _objects(component)
+        rest = [namespace, *rest]
         (folder / "a-crds.yaml").write_text(yaml.safe_dump(crd_first))
         (folder / "b-rest.yml").write_text(yaml.safe_dump_all(rest))
         (folder / "README.md").write_text("not a manifest")
@@ -104,17 +124,41 @@ def test_a_mirrored_bundle_has_the_chart_every_component_and_its_images(tmp_path
     )
     for component in COMPONENTS:
         folder = bundle / "upstream" / component
-        assert sorted(p.name for p in folder.iterdir()) == [f"{component}.yaml"]
         (crd,) = yaml.safe_load_all((bundle / "crds" / f"{component}.yaml").read_text())
         assert crd["metadata"]["annotations"] == {"a": "b", **KEEP}
-        namespace, deployment = yaml.safe_load_all((folder / f"{component}.yaml").read_text())
+        namespace, workload = yaml.safe_load_all((folder / f"{component}.yaml").read_text())
         assert namespace["metadata"]["annotations"] == KEEP
-        assert deployment == _objects(component)[2], "mirrored objects are copied as they are"
+        assert workload["kind"] == _objects(component)[2]["kind"]
     assert (out / "images.txt").read_text().splitlines() == [
         "ghcr.io/gridloop/health:0.1.0",
         *sorted(f"mirror/{c}:1" for c in COMPONENTS),
     ]
     assert [got.origin for got in result.components] == ["mirror"] * len(COMPONENTS)
+
+
+def test_mirrored_manifests_get_the_edits_that_tie_them_to_the_chart(tmp_path: Path) -> None:
+    out = tmp_path / "dist"
+
+    bundling.bundle(bundling.Request(out=out, mirror=_mirror(tmp_path / "mirror")))
+
+    upstream = out / "gridloop" / "upstream"
+    assert sorted(p.name for p in (upstream / "kueue").iterdir()) == ["bases", "kueue.yaml"]
+    (base,) = yaml.safe_load_all(
+        (upstream / "kueue" / "bases" / "configmap-kueue-manager-config.yaml").read_text()
+    )
+    assert base["metadata"]["name"] == "kueue-manager-config"
+    _, kuberay = yaml.safe_load_all((upstream / "kuberay" / "kuberay.yaml").read_text())
+    assert kuberay["metadata"]["namespace"] == "${GRIDLOOP_RELEASE_NAMESPACE}"
+    _, exporter = yaml.safe_load_all(
+        (upstream / "dcgm-exporter" / "dcgm-exporter.yaml").read_text()
+    )
+    (container,) = exporter["spec"]["template"]["spec"]["containers"]
+    assert {
+        "name": "DCGM_EXPORTER_COLLECTORS",
+        "value": "/etc/dcgm-exporter/gridloop/counters.csv",
+    } in container["env"]
+    # nothing but the edits: the image an operator mirrored stays
+    assert container["image"] == "mirror/dcgm-exporter:1"
 
 
 def test_skipped_components_are_left_out_of_the_bundle_and_its_images(tmp_path: Path) -> None:
@@ -141,14 +185,6 @@ def test_a_cached_rendering_is_used_without_fetching_and_then_adjusted(tmp_path:
     rendered = _objects("kueue")
     rendered[2]["metadata"] = {"name": "kueue-controller-manager", "namespace": "kueue-system"}
     rendered[2]["spec"]["template"]["spec"]["containers"][0]["name"] = "manager"
-    rendered.append(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "kueue-manager-config"},
-            "data": {"controller_manager_config.yaml": "kind: Configuration\n"},
-        }
-    )
     caching.write(source_for("kueue"), kueue, yaml.safe_dump_all(rendered))
     out = tmp_path / "dist"
 
@@ -156,15 +192,11 @@ def test_a_cached_rendering_is_used_without_fetching_and_then_adjusted(tmp_path:
 
     assert [got.origin for got in result.components] == ["cached"]
     assert result.images == [f"registry.k8s.io/kueue/kueue:{kueue.version}"]
-    config = yaml.safe_load_all(
+    _, deployment = yaml.safe_load_all(
         (out / "gridloop" / "upstream" / "kueue" / "kueue.yaml").read_text()
     )
-    frameworks = yaml.safe_load(list(config)[-1]["data"]["controller_manager_config.yaml"])
-    assert frameworks["integrations"]["frameworks"] == [
-        "batch/job",
-        "ray.io/rayjob",
-        "ray.io/raycluster",
-    ]
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {"gridloop.io/config-checksum": "${GRIDLOOP_CONFIG_CHECKSUM}"}
 
 
 def test_without_a_chart_yet_only_the_upstream_manifests_are_bundled(tmp_path: Path) -> None:

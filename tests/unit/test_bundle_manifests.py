@@ -69,6 +69,23 @@ def test_a_component_without_crds_gets_no_crd_file() -> None:
     ]
 
 
+CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kueue-manager-config"}}
+
+
+def test_an_object_the_chart_renders_goes_to_bases_not_to_the_emitted_file() -> None:
+    files = manifests.layout(
+        "kueue", [NAMESPACE, CONFIG, DEPLOYMENT], bases=[("ConfigMap", "kueue-manager-config")]
+    )
+
+    assert files["upstream/kueue/bases/configmap-kueue-manager-config.yaml"] == [CONFIG]
+    assert [d["kind"] for d in files["upstream/kueue/kueue.yaml"]] == ["Namespace", "Deployment"]
+
+
+def test_a_base_upstream_does_not_have_is_an_error() -> None:
+    with pytest.raises(ManifestProblem, match="no ConfigMap 'kueue-manager-config'"):
+        manifests.layout("kueue", [DEPLOYMENT], bases=[("ConfigMap", "kueue-manager-config")])
+
+
 def test_parse_skips_empty_documents_and_flattens_lists() -> None:
     text = (
         "---\n"

@@ -8,11 +8,13 @@ renders for real.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from chart_files import CHART
 
 from gridloop import versions
 from gridloop.bundle import bundling, caching, charting
@@ -95,16 +97,33 @@ def test_kueue_runs_the_released_image_in_its_own_namespace(bundled: bundling.Re
     assert namespace["metadata"]["annotations"][KEEP] == "keep"
 
 
-def test_kueue_manages_jobs_and_ray(bundled: bundling.Result) -> None:
-    config_map = _named(
-        _docs(bundled, "upstream/kueue/kueue.yaml"), "ConfigMap", "kueue-manager-config"
-    )
+def test_kueues_config_is_bundled_as_the_base_the_chart_renders_from(
+    bundled: bundling.Result,
+) -> None:
+    (config_map,) = _docs(bundled, "upstream/kueue/bases/configmap-kueue-manager-config.yaml")
+    emitted = _docs(bundled, "upstream/kueue/kueue.yaml")
 
     config = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    known = schema["properties"]["kueue"]["properties"]["integrations"]["items"]["enum"]
 
-    assert {"batch/job", "ray.io/rayjob", "ray.io/raycluster"} <= set(
-        config["integrations"]["frameworks"]
-    )
+    assert config["kind"] == "Configuration"
+    assert not [d for d in emitted if d["metadata"]["name"] == "kueue-manager-config"]
+    # every integration upstream enables is one the chart's values may name
+    assert set(config["integrations"]["frameworks"]) <= set(known)
+    deployment = _named(emitted, "Deployment", "kueue-controller-manager")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["gridloop.io/config-checksum"] == "${GRIDLOOP_CONFIG_CHECKSUM}"
+
+
+def test_kuberay_lands_in_the_release_namespace(bundled: bundling.Result) -> None:
+    docs = _docs(bundled, "upstream/kuberay/kuberay.yaml")
+
+    namespaced = [d for d in docs if "namespace" in d["metadata"]]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"${GRIDLOOP_RELEASE_NAMESPACE}"}
+    binding = _named(docs, "ClusterRoleBinding", "kuberay-operator")
+    assert {s["namespace"] for s in binding["subjects"]} == {"${GRIDLOOP_RELEASE_NAMESPACE}"}
+    assert "default" not in json.dumps(docs)
 
 
 def test_kuberay_runs_the_released_image_without_a_batch_scheduler_flag(

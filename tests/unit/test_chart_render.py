@@ -21,11 +21,14 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_files import CHART, EVERYTHING, REPO, UPSTREAM_OFF
+from chart_files import CHART, EVERYTHING, PROFILE_NAMES, REPO, UPSTREAM_OFF
 
+from gridloop.bundle.sources import source_for
 from gridloop.errors import BuildError
 from gridloop.fleet.catalog import GPU_MODELS
 from gridloop.fleet.schema import load_fleet
+from gridloop.health.policy_loading import load_policy
+from gridloop.health.signals import queries
 from gridloop.local.building import binary
 from gridloop.sim.metrics import METRICS
 
@@ -148,7 +151,22 @@ def test_lint_is_clean_with_every_gridloop_part_enabled(helm: list[str]) -> None
     assert "funcMap fail" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("profile", ["local", "minimal", "production"])
+# the issue's profiles, and the two the tests and the docs already used
+HEALTH_REPLICAS = {
+    "local": 1,
+    "minimal": 2,
+    "production": 3,
+    "single-region": 3,
+    "multi-region": 3,
+    "air-gapped": 3,
+}
+
+
+def test_the_profiles_are_the_issues_and_the_existing_ones() -> None:
+    assert sorted(HEALTH_REPLICAS) == PROFILE_NAMES
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
 def test_every_profile_renders_when_upstream_components_are_disabled(
     render: Render, profile: str
 ) -> None:
@@ -156,8 +174,32 @@ def test_every_profile_renders_when_upstream_components_are_disabled(
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ClusterRole", "ValidatingAdmissionPolicy", "ClusterQueue"} <= kinds
     health = named(docs, "Deployment", "gridloop-health")
-    expected = {"local": 1, "minimal": 2, "production": 3}[profile]
-    assert health["spec"]["replicas"] == expected
+    assert health["spec"]["replicas"] == HEALTH_REPLICAS[profile]
+
+
+@pytest.mark.parametrize(
+    ("profile", "key"),
+    [
+        ("single-region", "topology.kubernetes.io/zone"),
+        ("multi-region", "topology.kubernetes.io/region"),
+    ],
+)
+def test_region_profiles_spread_the_health_service_so_one_zone_or_site_can_go(
+    render: Render, profile: str, key: str
+) -> None:
+    docs = render(PROFILES / f"{profile}.yaml", sets=(UPSTREAM_OFF,), base=())
+    pod = named(docs, "Deployment", "gridloop-health")["spec"]["template"]["spec"]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == key and spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "gridloop-health"
+
+
+def test_air_gapped_turns_off_what_reaches_the_internet(render: Render) -> None:
+    docs = render(PROFILES / "air-gapped.yaml", sets=(UPSTREAM_OFF,), base=())
+    values = yaml.safe_load((PROFILES / "air-gapped.yaml").read_text())
+    image = named(docs, "Deployment", "gridloop-health")["spec"]["template"]["spec"]
+    assert image["containers"][0]["image"].startswith(values["imageRegistry"] + "/ghcr.io/")
+    assert values["kaito"]["enabled"] is False and values["inference"]["offline"] is True
 
 
 def test_production_profile_keeps_health_available_through_disruptions(render: Render) -> None:
@@ -194,7 +236,11 @@ def test_bundled_upstream_manifests_are_emitted_in_file_order(
     chart = tmp_path / "gridloop"
     shutil.copytree(CHART, chart)  # follows the policy symlink, as the bundle's copy does
     upstream = chart / "upstream" / "kueue"
-    upstream.mkdir(parents=True)
+    (upstream / "bases").mkdir(parents=True)
+    (upstream / "bases" / "configmap-kueue-manager-config.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kueue-manager-config}\n"
+        "data:\n  controller_manager_config.yaml: 'kind: Configuration'\n"
+    )
     (upstream / "b.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: second\n")
     (upstream / "a.yaml").write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: first\n---\n"
@@ -204,6 +250,7 @@ def test_bundled_upstream_manifests_are_emitted_in_file_order(
     names = [d["metadata"]["name"] for d in of_kind(docs, "ConfigMap")]
     upstream_names = [n for n in names if n in {"first", "also-first", "second"}]
     assert upstream_names == ["first", "also-first", "second"]
+    assert "kueue-manager-config" in names, "the base is rendered from values, not emitted"
 
 
 # --- the fleet becomes Kueue objects ---
@@ -669,6 +716,63 @@ def test_dcgm_counters_cover_every_metric_the_simulator_serves(render: Render) -
     exported = {name: kind for name, kind, _help in rows}
     for name, (kind, _help) in METRICS.items():
         assert exported.get(name) == kind, name
+
+
+HEALTH_FIELDS = {
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+}
+
+
+def test_dcgm_counters_hold_every_health_field_and_all_the_health_service_queries(
+    render: Render,
+) -> None:
+    csv = named(render(), "ConfigMap", "gridloop-dcgm-counters")["data"]["counters.csv"]
+    exported = {line.split(",")[0] for line in csv.splitlines() if line.startswith("DCGM_FI_")}
+    asked = queries(load_policy(POLICY), "dcgm-exporter")
+    queried = {m for q in asked.values() for m in re.findall(r"DCGM_FI_[A-Z0-9_]+", q)}
+    assert queried and queried <= exported
+    assert exported >= HEALTH_FIELDS
+
+
+def test_gpu_series_get_node_site_and_pool_from_the_node(render: Render) -> None:
+    docs = render(EVERYTHING)
+    monitor = named(docs, "ServiceMonitor", "gridloop-dcgm-exporter")
+    assert monitor["spec"]["attachMetadata"] == {"node": True}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    copied = {
+        r["targetLabel"]: r.get("sourceLabels", [r.get("replacement")])[0]
+        for r in endpoint["relabelings"]
+    }
+    assert copied == {
+        "job": "dcgm-exporter",
+        "node": "__meta_kubernetes_pod_node_name",
+        "site": "__meta_kubernetes_node_label_gridloop_io_site",
+        "pool": "__meta_kubernetes_node_label_gridloop_io_pool",
+    }
+
+
+def test_kueue_integrations_default_to_what_the_local_clusters_kueue_runs() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert tuple(values["kueue"]["integrations"]) == source_for("kueue").kueue_frameworks
 
 
 def test_monitoring_objects_carry_the_prometheus_selector_labels(render: Render) -> None:

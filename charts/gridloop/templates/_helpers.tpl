@@ -105,3 +105,15 @@ ones, plus kata when agentSandbox.kata.enabled. */}}
 {{- end -}}
 {{- toJson $allowed -}}
 {{- end -}}
+
+{{/* An image reference, from imageRegistry when that is set (air-gapped clusters):
+"<imageRegistry>/<image>", the image as dist/images.txt lists it. Call with (list $ "image"). */}}
+{{- define "gridloop.image" -}}
+{{- $ctx := index . 0 -}}
+{{- $image := index . 1 -}}
+{{- with $ctx.Values.imageRegistry -}}
+{{- printf "%s/%s" (trimSuffix "/" .) $image -}}
+{{- else -}}
+{{- $image -}}
+{{- end -}}
+{{- end -}}

@@ -33,7 +33,7 @@ spec:
   {{- end }}
   containers:
     - name: vllm
-      image: {{ $m.image | default $ctx.Values.inference.image | quote }}
+      image: {{ include "gridloop.image" (list $ctx ($m.image | default $ctx.Values.inference.image)) | quote }}
       imagePullPolicy: IfNotPresent
       command: ["vllm", "serve"]
       args:
@@ -71,6 +71,15 @@ spec:
           value: /cache/huggingface
         - name: VLLM_CACHE_ROOT
           value: /cache/vllm
+        {{- if $ctx.Values.inference.offline }}
+        # inference.offline: no Hugging Face Hub look-ups, no usage statistics sent out.
+        - name: HF_HUB_OFFLINE
+          value: "1"
+        - name: VLLM_NO_USAGE_STATS
+          value: "1"
+        - name: DO_NOT_TRACK
+          value: "1"
+        {{- end }}
       {{- with $m.credentialsSecret }}
       envFrom:
         - secretRef:

@@ -3,29 +3,63 @@
 Each edit returns new documents and leaves its input alone. An edit whose
 target is missing fails: an upstream change that moved it must be noticed,
 not shipped silently without the edit.
+
+Two kinds of edit. `pin` fixes what a Go-module rendering gets wrong (the
+staging image kustomize leaves in); it only runs on renderings. `integrate`
+ties a component to the chart and runs on every origin, mirrors included:
+a mirror is the upstream release copied for a machine that cannot download
+it, and without these edits it would not work with the chart. What only the
+release knows (its namespace, a value, a checksum) is written as a
+placeholder that templates/upstream.yaml fills in; PLACEHOLDERS lists them.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
-
-import yaml
 
 from gridloop.bundle.manifests import Doc, ManifestProblem, name_of
 from gridloop.bundle.sources import ImagePin, Source
 from gridloop.versions import Component
 
-KUEUE_CONFIG_MAP = "kueue-manager-config"
-KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+# Filled in by templates/upstream.yaml (keep the two in step): the release namespace,
+# dcgmExporter.counters.configMapName, and the checksum of the config the chart renders
+# for the component (templates/kueue-config.yaml for Kueue).
+RELEASE_NAMESPACE = "${GRIDLOOP_RELEASE_NAMESPACE}"
+DCGM_COUNTERS_CONFIG_MAP = "${GRIDLOOP_DCGM_COUNTERS_CONFIG_MAP}"
+CONFIG_CHECKSUM = "${GRIDLOOP_CONFIG_CHECKSUM}"
+PLACEHOLDERS = (RELEASE_NAMESPACE, DCGM_COUNTERS_CONFIG_MAP, CONFIG_CHECKSUM)
+
+# Where the DCGM exporter finds gridloop's counters, and the variable that points it there
+# (its `-f`/`--collectors` flag reads DCGM_EXPORTER_COLLECTORS).
+COUNTERS_DIR = "/etc/dcgm-exporter/gridloop"
+COUNTERS_FILE = f"{COUNTERS_DIR}/counters.csv"
+COLLECTORS_ENV = "DCGM_EXPORTER_COLLECTORS"
+COUNTERS_VOLUME = "gridloop-counters"
+# Nodes with an NVIDIA GPU, as GPU feature discovery (and gridloop's fleet) labels them.
+GPU_NODE = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+CONFIG_CHECKSUM_ANNOTATION = "gridloop.io/config-checksum"
+
+_TEMPLATE_KINDS = ("Deployment", "DaemonSet", "StatefulSet")
 
 
-def adjust(source: Source, comp: Component, docs: list[Doc]) -> list[Doc]:
-    """`docs` with every edit `source` asks for applied."""
+def pin(source: Source, comp: Component, docs: list[Doc]) -> list[Doc]:
+    """`docs` with the released image set, for a rendering (not a mirror)."""
     if source.pin is not None:
         docs = pin_image(docs, source.pin, comp.version)
-    if source.kueue_frameworks:
-        docs = enable_kueue_frameworks(docs, source.kueue_frameworks)
+    return docs
+
+
+def integrate(source: Source, docs: list[Doc]) -> list[Doc]:
+    """`docs` with every edit that ties `source`'s component to the chart."""
+    if source.release_namespace_from:
+        docs = into_release_namespace(docs, source.release_namespace_from)
+    if source.dcgm_counters is not None:
+        docs = read_gridloop_counters(docs, *source.dcgm_counters)
+    for kind, name in source.chart_rendered:
+        if kind == "ConfigMap":
+            docs = restart_on_config_change(docs, name)
     return docs
 
 
@@ -36,8 +70,7 @@ def pin_image(docs: list[Doc], pin: ImagePin, version: str) -> list[Doc]:
     for doc in docs:
         if doc.get("kind") == pin.kind and name_of(doc) == pin.name:
             doc = copy.deepcopy(doc)
-            pod = (((doc.get("spec") or {}).get("template") or {}).get("spec")) or {}
-            for container in pod.get("containers") or []:
+            for container in _pod(doc).get("containers") or []:
                 if container.get("name") == pin.container:
                     container["image"] = image
                     found = True
@@ -47,34 +80,142 @@ def pin_image(docs: list[Doc], pin: ImagePin, version: str) -> list[Doc]:
     return out
 
 
-def enable_kueue_frameworks(docs: list[Doc], frameworks: tuple[str, ...]) -> list[Doc]:
-    """Kueue's controller config with `frameworks` among its integrations (order kept)."""
+def into_release_namespace(docs: list[Doc], upstream: str) -> list[Doc]:
+    """Every object and reference in namespace `upstream` moved to the release namespace.
+
+    Objects, binding subjects, webhook and APIService service references are moved;
+    any other field still naming `upstream` is an error, so nothing is left behind.
+    """
     out: list[Doc] = []
-    found = False
+    moved = 0
     for doc in docs:
-        if doc.get("kind") == "ConfigMap" and name_of(doc) == KUEUE_CONFIG_MAP:
-            doc = _with_frameworks(doc, frameworks)
-            found = True
+        doc = copy.deepcopy(doc)
+        for holder in _namespace_holders(doc):
+            if holder.get("namespace") == upstream:
+                holder["namespace"] = RELEASE_NAMESPACE
+                moved += 1
+        for path in _fields_naming(doc, upstream):
+            raise ManifestProblem(
+                f"{doc.get('kind')} {name_of(doc)!r}: {path} names namespace {upstream!r}, "
+                "which the bundle does not know how to move"
+            )
         out.append(doc)
-    if not found:
-        raise ManifestProblem(f"no ConfigMap {KUEUE_CONFIG_MAP!r} (Kueue's controller config)")
+    if not moved:
+        raise ManifestProblem(f"no object in namespace {upstream!r} to move")
     return out
 
 
-def _with_frameworks(config_map: Doc, frameworks: tuple[str, ...]) -> Doc:
-    data = dict(config_map.get("data") or {})
-    if KUEUE_CONFIG_KEY not in data:
-        raise ManifestProblem(f"ConfigMap {KUEUE_CONFIG_MAP!r} has no {KUEUE_CONFIG_KEY}")
-    try:
-        config: Any = yaml.safe_load(data[KUEUE_CONFIG_KEY]) or {}
-    except yaml.YAMLError as err:
-        raise ManifestProblem(f"{KUEUE_CONFIG_KEY} is not valid YAML: {err}") from err
-    if not isinstance(config, dict):
-        raise ManifestProblem(f"{KUEUE_CONFIG_KEY} is not a mapping")
-    integrations = dict(config.get("integrations") or {})
-    enabled = list(integrations.get("frameworks") or [])
-    enabled += [f for f in frameworks if f not in enabled]
-    integrations["frameworks"] = enabled
-    config["integrations"] = integrations
-    data[KUEUE_CONFIG_KEY] = yaml.safe_dump(config, sort_keys=False)
-    return {**config_map, "data": data}
+def _namespace_holders(doc: Doc) -> Iterator[dict[str, Any]]:
+    """The maps whose `namespace` key places the object or names one it refers to."""
+    if isinstance(doc.get("metadata"), dict):
+        yield doc["metadata"]
+    for subject in doc.get("subjects") or []:
+        if isinstance(subject, dict):
+            yield subject
+    for webhook in doc.get("webhooks") or []:
+        service = ((webhook or {}).get("clientConfig") or {}).get("service")
+        if isinstance(service, dict):
+            yield service
+    service = (doc.get("spec") or {}).get("service") if doc.get("kind") == "APIService" else None
+    if isinstance(service, dict):
+        yield service
+
+
+def _fields_naming(value: object, namespace: str, path: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "namespace" and item == namespace:
+                yield where
+            else:
+                yield from _fields_naming(item, namespace, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _fields_naming(item, namespace, f"{path}[{index}]")
+
+
+def read_gridloop_counters(docs: list[Doc], daemonset: str, container: str) -> list[Doc]:
+    """The exporter DaemonSet reading gridloop's counters ConfigMap, on GPU nodes only.
+
+    It tolerates every taint: a node the health service quarantined must still report,
+    or it could never be found healthy again.
+    """
+    out: list[Doc] = []
+    found = False
+    for doc in docs:
+        if doc.get("kind") == "DaemonSet" and name_of(doc) == daemonset:
+            doc = copy.deepcopy(doc)
+            _mount_counters(_container(doc, container))
+            pod = _pod(doc)
+            volumes = [v for v in pod.get("volumes") or [] if v.get("name") != COUNTERS_VOLUME]
+            volumes.append(
+                {"name": COUNTERS_VOLUME, "configMap": {"name": DCGM_COUNTERS_CONFIG_MAP}}
+            )
+            pod["volumes"] = volumes
+            pod["affinity"] = {
+                **(pod.get("affinity") or {}),
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [GPU_NODE]}]
+                    }
+                },
+            }
+            pod["tolerations"] = [{"operator": "Exists"}]
+            found = True
+        out.append(doc)
+    if not found:
+        raise ManifestProblem(f"no DaemonSet {daemonset!r} (the DCGM exporter)")
+    return out
+
+
+def _mount_counters(container: dict[str, Any]) -> None:
+    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    for arg in args:
+        if arg in ("-f", "--collectors") or arg.startswith(("-f=", "--collectors=")):
+            raise ManifestProblem(
+                f"container {container.get('name')!r} passes {arg!r}, which would override "
+                f"{COLLECTORS_ENV}"
+            )
+    env = [e for e in container.get("env") or [] if e.get("name") != COLLECTORS_ENV]
+    env.append({"name": COLLECTORS_ENV, "value": COUNTERS_FILE})
+    container["env"] = env
+    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != COUNTERS_VOLUME]
+    mounts.append({"name": COUNTERS_VOLUME, "mountPath": COUNTERS_DIR, "readOnly": True})
+    container["volumeMounts"] = mounts
+
+
+def restart_on_config_change(docs: list[Doc], config_map: str) -> list[Doc]:
+    """Workloads mounting `config_map` annotated with its checksum, so a change restarts them."""
+    out: list[Doc] = []
+    found = False
+    for doc in docs:
+        if doc.get("kind") in _TEMPLATE_KINDS and _mounts(doc, config_map):
+            doc = copy.deepcopy(doc)
+            template = doc["spec"]["template"]
+            metadata = template.setdefault("metadata", {})
+            annotations = metadata.get("annotations") or {}
+            metadata["annotations"] = {**annotations, CONFIG_CHECKSUM_ANNOTATION: CONFIG_CHECKSUM}
+            found = True
+        out.append(doc)
+    if not found:
+        raise ManifestProblem(f"no workload mounts ConfigMap {config_map!r}")
+    return out
+
+
+def _mounts(doc: Doc, config_map: str) -> bool:
+    return any(
+        ((v or {}).get("configMap") or {}).get("name") == config_map
+        for v in _pod(doc).get("volumes") or []
+    )
+
+
+def _pod(doc: Doc) -> dict[str, Any]:
+    pod = ((doc.get("spec") or {}).get("template") or {}).get("spec")
+    return pod if isinstance(pod, dict) else {}
+
+
+def _container(doc: Doc, name: str) -> dict[str, Any]:
+    for container in _pod(doc).get("containers") or []:
+        if container.get("name") == name:
+            return container  # type: ignore[no-any-return]
+    raise ManifestProblem(f"no container {name!r} in {doc.get('kind')} {name_of(doc)!r}")

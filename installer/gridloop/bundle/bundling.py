@@ -6,10 +6,11 @@ bundle leaves the output folder as it was. The bundle owns `<out>/gridloop/`
 `<out>/images.txt` and `<out>/<chart>-<version>.tgz`; nothing else in `<out>`
 is touched.
 
-Where a component comes from, first match wins: `--mirror DIR/<component>/`
-(copied as it is: only the keep annotations are added), the rendering cache,
-then its upstream source. Mirrored manifests are not edited: a mirror is what
-an operator chose to ship.
+Where a component comes from, first match wins: `--mirror DIR/<component>/`,
+the rendering cache, then its upstream source. A rendering gets its released
+image pinned; every origin, mirrors included, gets the edits that tie the
+component to the chart (adjustments.integrate), since a mirror holds the same
+release files for a machine that cannot download them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from gridloop import versions
 from gridloop.bundle import caching, charting, fetching, images, manifests
-from gridloop.bundle.adjustments import adjust
+from gridloop.bundle.adjustments import integrate, pin
 from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import COMPONENTS, SOURCES, Source
 from gridloop.errors import BuildError, UsageError
@@ -120,21 +121,23 @@ def obtain(source: Source, comp: Component, mirror: Path | None) -> Obtained:
     """One component's files (see manifests.layout), from the first source that has it."""
     label = fetching.label(comp)
     try:
-        if mirror is not None:
-            files = fetching.mirror_files(mirror, comp.name)
-            if files:
-                docs = [d for path in files for d in manifests.parse(_read(path), str(path))]
-                return Obtained(comp, manifests.layout(comp.name, docs), "mirror")
-        origin, text = "cached", caching.read(source, comp)
-        if text is None:
-            origin, text = "rendered", fetching.render(source, comp)
-        docs = manifests.parse(text, f"{comp.name} rendering")
-        if origin == "rendered":
-            caching.write(source, comp, text)  # only once it parsed
-        docs = adjust(source, comp, docs)
+        paths = fetching.mirror_files(mirror, comp.name) if mirror is not None else []
+        if paths:
+            origin = "mirror"
+            docs = [d for path in paths for d in manifests.parse(_read(path), str(path))]
+        else:
+            origin, text = "cached", caching.read(source, comp)
+            if text is None:
+                origin, text = "rendered", fetching.render(source, comp)
+            docs = manifests.parse(text, f"{comp.name} rendering")
+            if origin == "rendered":
+                caching.write(source, comp, text)  # only once it parsed
+            docs = pin(source, comp, docs)
+        docs = integrate(source, docs)
+        files = manifests.layout(comp.name, docs, source.chart_rendered)
     except ManifestProblem as problem:
         raise BuildError(f"{label}: {problem}") from problem
-    return Obtained(comp, manifests.layout(comp.name, docs), origin)
+    return Obtained(comp, files, origin)
 
 
 def _read(path: Path) -> str:

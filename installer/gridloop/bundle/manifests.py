@@ -23,6 +23,7 @@ CRD = "CustomResourceDefinition"
 # The chart folders the bundle writes: Helm's CRD folder, and the upstream templates' input.
 CRDS = "crds"
 UPSTREAM = "upstream"
+BASES = "bases"
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BaseDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -133,19 +134,41 @@ def split(docs: Iterable[Doc]) -> tuple[list[Doc], list[Doc]]:
     return crds, rest
 
 
-def layout(component: str, docs: Iterable[Doc]) -> dict[str, list[Doc]]:
+def layout(
+    component: str, docs: Iterable[Doc], bases: Iterable[tuple[str, str]] = ()
+) -> dict[str, list[Doc]]:
     """The files the bundle writes for `component`, by path inside the chart.
 
     CRDs go to `crds/<component>.yaml`: Helm installs that folder on first install,
     never templates it and never deletes it, and (unlike a template) keeps it out of
     the release's rendered manifest, which Helm stores in a Secret limited to 1 MiB.
-    Everything else goes to `upstream/<component>/<component>.yaml`, emitted by
-    templates/upstream.yaml when the component is enabled. Every CRD and Namespace
-    comes out annotated `helm.sh/resource-policy: keep`; an empty file is left out.
+    Objects named in `bases` (kind, name) are ones the chart renders itself from values;
+    upstream's copy goes to `upstream/<component>/bases/` (see base_file), which no
+    template emits as it is. Everything else goes to
+    `upstream/<component>/<component>.yaml`, emitted by templates/upstream.yaml when the
+    component is enabled. Every CRD and Namespace comes out annotated
+    `helm.sh/resource-policy: keep`; an empty file is left out. A base that is not there
+    is an error.
     """
+    wanted = set(bases)
     crds, rest = split(kept(doc) for doc in docs)
-    files = {crd_file(component): crds, f"{UPSTREAM}/{component}/{component}.yaml": rest}
+    files = {crd_file(component): crds, f"{UPSTREAM}/{component}/{component}.yaml": []}
+    for doc in rest:
+        key = (str(doc.get("kind")), name_of(doc))
+        if key in wanted:
+            files[base_file(component, *key)] = [doc]
+            wanted.discard(key)
+        else:
+            files[f"{UPSTREAM}/{component}/{component}.yaml"].append(doc)
+    if wanted:
+        missing = ", ".join(f"{kind} {name!r}" for kind, name in sorted(wanted))
+        raise ManifestProblem(f"no {missing} (the chart renders it from values)")
     return {name: content for name, content in files.items() if content}
+
+
+def base_file(component: str, kind: str, name: str) -> str:
+    """Where upstream's copy of an object the chart renders from values lives."""
+    return f"{UPSTREAM}/{component}/{BASES}/{kind.lower()}-{name}.yaml"
 
 
 def crd_file(component: str) -> str:

@@ -5,6 +5,12 @@ to render them, as recipes.py does for the binaries. The image is set the way
 each project's own release does (Kueue's release runs `kustomize edit set
 image controller=registry.k8s.io/kueue/kueue:<version>`), so the bundle never
 points at a staging registry or a `:main` tag.
+
+Besides the image, a source names what ties the component to the chart: an
+object the chart renders from values (upstream's copy becomes its base), the
+namespace upstream hard-codes (moved to the release namespace), the exporter
+that must read the chart's counters. Those edits hold for every origin,
+mirrors included; see adjustments.py.
 """
 
 from __future__ import annotations
@@ -43,8 +49,18 @@ class Source:
     # HELM_CHART: the release name and namespace `helm template` renders with
     chart_release: str = ""
     chart_namespace: str = ""
-    # Kueue: the integrations its controller config must enable
+    # Kueue: the integrations the platform depends on (batch Jobs, Ray). The local
+    # cluster's Kueue runs with exactly these; on a real cluster the chart's
+    # kueue.integrations decides, and its default is this list (a unit test keeps the
+    # two equal).
     kueue_frameworks: tuple[str, ...] = ()
+    # (kind, name) of objects the chart renders itself from values; upstream's copy is
+    # bundled as their base (manifests.layout), not emitted
+    chart_rendered: tuple[tuple[str, str], ...] = ()
+    # the namespace upstream puts its objects in, moved to the release namespace
+    release_namespace_from: str = ""
+    # (DaemonSet, container) that must read the chart's DCGM counters ConfigMap
+    dcgm_counters: tuple[str, str] | None = None
 
     def fingerprint(self, comp: Component) -> str:
         """What the raw rendering depends on: a cached rendering with another is redone."""
@@ -64,8 +80,9 @@ SOURCES: tuple[Source, ...] = (
             "manager",
             "registry.k8s.io/kueue/kueue:{version}",
         ),
-        # batch Jobs and Ray (the fine-tuning loop); upstream's default list already
-        # has them, but the platform depends on it, so it is enforced, not assumed
+        # Kueue's controller configuration: templates/kueue-config.yaml renders it with
+        # the integrations (kueue.integrations) and metrics settings from values
+        chart_rendered=(("ConfigMap", "kueue-manager-config"),),
         kueue_frameworks=("batch/job", "ray.io/rayjob", "ray.io/raycluster"),
     ),
     Source(
@@ -75,7 +92,10 @@ SOURCES: tuple[Source, ...] = (
         # No batch-scheduler flag for Kueue: in v1.5.0 `--batch-scheduler` accepts only
         # volcano, yunikorn, scheduler-plugins and kai-scheduler and refuses anything
         # else at start-up. Kueue works through `spec.suspend` and the
-        # kueue.x-k8s.io/queue-name label, which needs nothing from the operator.
+        # kueue.x-k8s.io/queue-name label, which needs nothing from the operator; the
+        # integration is switched on in Kueue's config (ray.io/rayjob, ray.io/raycluster).
+        # Its kustomize base puts everything in `default`.
+        release_namespace_from="default",
         pin=ImagePin(
             "Deployment",
             "kuberay-operator",
@@ -90,7 +110,13 @@ SOURCES: tuple[Source, ...] = (
         chart_namespace="kaito-workspace",
     ),
     Source(component="agent-sandbox", kind=Kind.YAML),
-    Source(component="dcgm-exporter", kind=Kind.YAML),
+    # The release file's DaemonSet reads the image's built-in counters; gridloop's
+    # (with every health field) come from the chart's ConfigMap.
+    Source(
+        component="dcgm-exporter",
+        kind=Kind.YAML,
+        dcgm_counters=("dcgm-exporter", "dcgm-exporter"),
+    ),
 )
 
 COMPONENTS: tuple[str, ...] = tuple(s.component for s in SOURCES)

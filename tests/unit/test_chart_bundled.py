@@ -1,0 +1,331 @@
+"""The chart as `gridloop bundle` ships it: gridloop's templates around the upstream manifests.
+
+Kueue and KubeRay are the real renderings of their pinned Go modules (from the rendering
+cache, rendered first if it is empty: that needs the Go module proxy and the built
+kubectl). The DCGM exporter's release file cannot be downloaded here, so a file shaped
+like it (a DaemonSet and a Service named dcgm-exporter, as NVIDIA's dcgm-exporter.yaml
+has them) comes in through `--mirror`; KAITO and agent-sandbox are left out. The real
+helm (4, and 3 for lint) renders the result; the objects are asserted on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from chart_files import CHART, PROFILE_NAMES
+
+from gridloop.bundle import bundling
+from gridloop.errors import BuildError
+from gridloop.local.building import binary
+
+NAMESPACE = "gridloop-system"
+NOT_BUNDLED = "kaito.enabled=false,agentSandbox.enabled=false"
+EXPORTER = """\
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: dcgm-exporter
+  labels: {app.kubernetes.io/name: dcgm-exporter}
+spec:
+  selector: {matchLabels: {app.kubernetes.io/name: dcgm-exporter}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: dcgm-exporter}}
+    spec:
+      containers:
+        - name: dcgm-exporter
+          image: nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-ubuntu22.04
+          env:
+            - {name: DCGM_EXPORTER_LISTEN, value: ":9400"}
+            - {name: DCGM_EXPORTER_KUBERNETES, value: "true"}
+          ports: [{name: metrics, containerPort: 9400}]
+          volumeMounts: [{name: pod-gpu-resources, mountPath: /var/lib/kubelet/pod-resources}]
+      volumes: [{name: pod-gpu-resources, hostPath: {path: /var/lib/kubelet/pod-resources}}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: dcgm-exporter
+  labels: {app.kubernetes.io/name: dcgm-exporter}
+spec:
+  selector: {app.kubernetes.io/name: dcgm-exporter}
+  ports: [{name: metrics, port: 9400}]
+"""
+
+Doc = dict[str, Any]
+
+
+def _helm(name: str) -> str:
+    try:
+        return str(binary(name))
+    except BuildError as err:
+        pytest.fail(f"{err}: these tests run the real {name}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("bundled")
+    (tmp / "mirror" / "dcgm-exporter").mkdir(parents=True)
+    (tmp / "mirror" / "dcgm-exporter" / "dcgm-exporter.yaml").write_text(EXPORTER)
+    request = bundling.Request(
+        out=tmp / "dist",
+        chart=CHART,
+        mirror=tmp / "mirror",
+        skip=frozenset({"kaito", "agent-sandbox"}),
+    )
+    return bundling.bundle(request).folder
+
+
+def helm(*args: str, home: Path, name: str = "helm") -> subprocess.CompletedProcess[str]:
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "KUBECONFIG": "/dev/null"}
+    return subprocess.run(
+        [_helm(name), *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def render(chart: Path, home: Path, *sets: str, namespace: str = NAMESPACE) -> list[Doc]:
+    args = ["template", "gridloop", str(chart), f"--namespace={namespace}"]
+    done = helm(*args, f"--set={NOT_BUNDLED}", *(f"--set={s}" for s in sets), home=home)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def render_error(chart: Path, home: Path, *sets: str) -> str:
+    args = ["template", "gridloop", str(chart), f"--set={NOT_BUNDLED}"]
+    done = helm(*args, *(f"--set={s}" for s in sets), home=home)
+    assert done.returncode != 0, "rendered although it should not"
+    return done.stderr
+
+
+def named(docs: list[Doc], kind: str, name: str) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: found {len(found)}"
+    return found[0]
+
+
+def kueue_config(docs: list[Doc]) -> dict[str, Any]:
+    config_map = named(docs, "ConfigMap", "kueue-manager-config")
+    assert config_map["metadata"]["namespace"] == "kueue-system"
+    loaded: dict[str, Any] = yaml.safe_load(config_map["data"]["controller_manager_config.yaml"])
+    return loaded
+
+
+def pod_templates(docs: list[Doc]) -> list[Doc]:
+    kinds = ("Deployment", "DaemonSet", "StatefulSet")
+    return [d["spec"]["template"]["spec"] for d in docs if d["kind"] in kinds]
+
+
+# --- every profile, Helm 4 and Helm 3 ---
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_every_profile_lints_and_renders_the_bundled_chart_on_helm_4_and_3(
+    bundled: Path, tmp_path: Path, profile: str
+) -> None:
+    values = f"--values={bundled / 'profiles' / f'{profile}.yaml'}"
+    rendered = {}
+    for name in ("helm", "helm3"):
+        lint = helm(
+            "lint",
+            "--strict",
+            str(bundled),
+            values,
+            f"--set={NOT_BUNDLED}",
+            home=tmp_path,
+            name=name,
+        )
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        assert "funcMap fail" not in lint.stderr, lint.stderr
+        done = helm(
+            "template",
+            "gridloop",
+            str(bundled),
+            values,
+            f"--set={NOT_BUNDLED}",
+            home=tmp_path,
+            name=name,
+        )
+        assert done.returncode == 0, done.stderr
+        docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+        rendered[name] = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert rendered["helm"] == rendered["helm3"]
+    if profile not in ("local", "minimal"):  # the profiles that install every upstream part
+        assert {("Deployment", "kueue-controller-manager"), ("Deployment", "kuberay-operator"),
+                ("DaemonSet", "dcgm-exporter")} <= rendered["helm"]  # fmt: skip
+
+
+# --- Kueue's configuration comes from values ---
+
+
+def test_kueue_runs_with_the_integrations_and_metrics_values_name(
+    bundled: Path, tmp_path: Path
+) -> None:
+    docs = render(bundled, tmp_path)
+    config = kueue_config(docs)
+
+    assert config["integrations"]["frameworks"] == [
+        "batch/job",
+        "ray.io/rayjob",
+        "ray.io/raycluster",
+    ]
+    assert config["metrics"]["enableClusterQueueResources"] is True
+    # the rest is upstream's, matching upstream's Deployment
+    assert config["metrics"]["bindAddress"] == ":8443" and config["webhook"]["port"] == 9443
+
+    narrowed = kueue_config(
+        render(
+            bundled,
+            tmp_path,
+            "kueue.integrations={batch/job,pod}",
+            "kueue.metrics.enableClusterQueueResources=false",
+        )
+    )
+    assert narrowed["integrations"]["frameworks"] == ["batch/job", "pod"]
+    assert narrowed["metrics"]["enableClusterQueueResources"] is False
+
+
+def test_changing_the_integrations_restarts_kueue_and_nothing_else_does(
+    bundled: Path, tmp_path: Path
+) -> None:
+    def checksum(*sets: str) -> str:
+        deployment = named(
+            render(bundled, tmp_path, *sets), "Deployment", "kueue-controller-manager"
+        )
+        value: str = deployment["spec"]["template"]["metadata"]["annotations"][
+            "gridloop.io/config-checksum"
+        ]
+        return value
+
+    before = checksum()
+
+    assert checksum("health.replicas=3") == before
+    assert checksum("kueue.integrations={batch/job}") != before
+    assert len(before) == len(hashlib.sha256().hexdigest())
+
+
+def test_an_integration_kueue_does_not_know_is_refused_naming_the_key(
+    bundled: Path, tmp_path: Path
+) -> None:
+    error = render_error(bundled, tmp_path, "kueue.integrations={batch/jobs}")
+
+    assert "/kueue/integrations/0" in error
+
+
+# --- KubeRay, in the release namespace ---
+
+
+def test_kuberay_lands_in_the_release_namespace(bundled: Path, tmp_path: Path) -> None:
+    docs = render(bundled, tmp_path, namespace="ray-ops")
+
+    kuberay = [
+        d
+        for d in docs
+        if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "kuberay"
+    ]
+    assert named(kuberay, "Deployment", "kuberay-operator")["metadata"]["namespace"] == "ray-ops"
+    namespaced = [d for d in kuberay if "namespace" in d["metadata"]]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"ray-ops"}
+    bindings = (
+        ("ClusterRoleBinding", "kuberay-operator"),
+        ("RoleBinding", "kuberay-operator-leader-election"),
+    )
+    for kind, name in bindings:
+        assert {s["namespace"] for s in named(kuberay, kind, name)["subjects"]} == {"ray-ops"}
+
+
+# --- the DCGM exporter reads gridloop's counters ---
+
+
+def test_the_exporter_reads_the_counters_configmap_the_chart_renders(
+    bundled: Path, tmp_path: Path
+) -> None:
+    docs = render(bundled, tmp_path, "dcgmExporter.counters.configMapName=fleet-counters")
+
+    pod = named(docs, "DaemonSet", "dcgm-exporter")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    mount = next(
+        m for m in container["volumeMounts"] if m["mountPath"] == "/etc/dcgm-exporter/gridloop"
+    )
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    counters = named(docs, "ConfigMap", "fleet-counters")
+
+    assert volume["configMap"]["name"] == "fleet-counters"
+    assert env["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/gridloop/counters.csv"
+    assert "counters.csv" in counters["data"]
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_the_exporter_without_its_counters_configmap_fails_with_what_to_do(
+    bundled: Path, tmp_path: Path
+) -> None:
+    error = render_error(bundled, tmp_path, "dcgmExporter.counters.enabled=false")
+
+    assert "dcgmExporter.counters.enabled is false" in error
+
+
+# --- air-gapped: every image from the private registry ---
+
+
+def test_air_gapped_pulls_every_image_from_the_private_registry_by_its_listed_name(
+    bundled: Path, tmp_path: Path
+) -> None:
+    listed = (bundled.parent / "images.txt").read_text().splitlines()
+    values = bundled / "profiles" / "air-gapped.yaml"
+    registry = yaml.safe_load(values.read_text())["imageRegistry"]
+    model = {"name": "m", "uri": "s3://b/m", "revision": "r1", "gpus": "1", "runtime": "vllm"}
+    models = ",".join(f"inference.models[0].{k}={v}" for k, v in model.items())
+
+    done = helm(
+        "template",
+        "gridloop",
+        str(bundled),
+        f"--values={values}",
+        f"--set={NOT_BUNDLED},{models}",
+        home=tmp_path,
+    )
+
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    images = {c["image"] for pod in pod_templates(docs) for c in pod["containers"]}
+    assert len(images) >= 4  # Kueue, KubeRay, the exporter, the health service, vLLM
+    for image in images:
+        assert image.startswith(f"{registry}/"), image
+        assert image.removeprefix(f"{registry}/") in listed, image
+    vllm = named(docs, "Deployment", "m")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in vllm["env"]
+
+
+# --- a bundle that does not match the chart ---
+
+
+def test_a_placeholder_the_chart_does_not_know_fails_the_render(
+    bundled: Path, tmp_path: Path
+) -> None:
+    chart = tmp_path / "gridloop"
+    shutil.copytree(bundled, chart)
+    (chart / "upstream" / "kuberay" / "z-newer.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: ${GRIDLOOP_ZONE}}\n"
+    )
+
+    error = render_error(chart, tmp_path)
+
+    assert "upstream/kuberay/z-newer.yaml has a placeholder this chart does not fill in" in error
+
+
+def test_a_kueue_bundle_without_its_config_base_fails_with_what_to_do(
+    bundled: Path, tmp_path: Path
+) -> None:
+    chart = tmp_path / "gridloop"
+    shutil.copytree(bundled, chart)
+    shutil.rmtree(chart / "upstream" / "kueue" / "bases")
+
+    error = render_error(chart, tmp_path)
+
+    assert "no upstream/kueue/bases/configmap-kueue-manager-config.yaml" in error
+    assert 'rebuild the chart with "gridloop bundle"' in error
