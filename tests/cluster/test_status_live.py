@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
+from gridloop.status.acting import Actions
 from gridloop.status.app import Detail, StatusApp
 from gridloop.status.collecting import Collector, Source
 
@@ -125,7 +126,8 @@ def test_a_quarantine_and_its_quota_change_show_up_live_and_can_be_found(
             await until(
                 pilot,
                 lambda: any(
-                    r.cells[2] == "GPUQuarantined" and r.cells[3] == f"Node/{FAILING}" for r in app.shown
+                    r.cells[2] == "GPUQuarantined" and r.cells[3] == f"Node/{FAILING}"
+                    for r in app.shown
                 ),
                 "the GPUQuarantined event",
             )
@@ -174,3 +176,44 @@ def test_with_prometheus_and_the_api_server_unreachable_the_ui_runs_and_says_sta
     finally:
         live.stop()
         dead.stop()
+
+
+def test_cordon_needs_allow_actions_and_a_yes(local_cluster, namespace):
+    node = "eu-west-a100-002"
+    core = local_cluster.core
+    source = collector(local_cluster, namespace)
+
+    def cordoned() -> bool:
+        return bool(core.read_node(node).spec.unschedulable)
+
+    async def select(app: StatusApp, pilot) -> None:
+        await until(pilot, lambda: len(app.shown) == 24, "the fleet")
+        await pilot.press("slash", *node, "enter")
+        assert app.selected_key() == node
+
+    async def scenario() -> None:
+        # read-only (the default): `c` does nothing but say so
+        app = StatusApp(source.snapshot, interval=0.5)
+        async with app.run_test(size=(200, 40)) as pilot:
+            await select(app, pilot)
+            await pilot.press("c")
+            assert app.screen is app.screen_stack[0] and not cordoned()
+
+        app = StatusApp(source.snapshot, interval=0.5, act=Actions(source.api, namespace))
+        async with app.run_test(size=(200, 40)) as pilot:
+            await select(app, pilot)
+            await pilot.press("c", "n")  # asked, answered no
+            await pilot.pause(0.5)
+            assert not cordoned()
+            await pilot.press("c", "y")
+            await until(pilot, lambda: cells(app, node)["VERDICT"] == "cordoned", "cordoned")
+            assert cordoned()
+            await pilot.press("u", "y")
+            await until(pilot, lambda: cells(app, node)["VERDICT"] == "healthy", "uncordoned")
+            assert not cordoned()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        source.stop()
+        core.patch_node(node, {"spec": {"unschedulable": None}})
