@@ -40,7 +40,7 @@ from gridloop.bundle import bundling
 from gridloop.local import building, cluster, kube
 
 REPO = Path(__file__).resolve().parents[1]
-BASE_PORT = 28600  # below the ephemeral port range; the other benches use 28400, 28500
+BASE_PORT = 28900  # below the ephemeral port range; the other benches use 28400, 28500
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 SKIPPED = frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
 PROFILES = ("local", "minimal", "production")

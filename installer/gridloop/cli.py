@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 from gridloop.bundle import commands as bundle_commands
 from gridloop.chart import commands as chart_commands
+from gridloop.chart import completion as completion_command
+from gridloop.chart import doctor_command, uninstall_command
 from gridloop.dashboards import commands as dashboard_commands
 from gridloop.errors import GridloopError
 from gridloop.health import commands as health_commands
@@ -31,6 +33,9 @@ def make_parser() -> argparse.ArgumentParser:
     sim_commands.register(sub)
     bundle_commands.register(sub)
     chart_commands.register(sub)
+    doctor_command.register(sub)
+    uninstall_command.register(sub)
+    completion_command.register(sub)
     dashboard_commands.register(sub)
     status_commands.register(sub)
     return parser

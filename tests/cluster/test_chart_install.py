@@ -171,7 +171,8 @@ def _pool_gpus(fleet: dict[str, Any]) -> dict[str, str]:
 def test_install_reports_each_step_and_ends_with_the_notes(installed: Installed) -> None:
     out = installed.install_output
     assert "✓ values" in out and "release record ≈" in out
-    assert "✓ CRDs" in out and "applied server-side" in out
+    assert "✓ doctor" in out and "✓ CRDs" in out and "applied server-side" in out
+    assert "✓ components" in out
     assert f"✓ release {RELEASE}" in out and "deployed" in out
     assert "\nNOTES:\n" in out and f"is installed as release {RELEASE}" in out
 
@@ -374,6 +375,19 @@ def test_a_gpu_job_in_a_team_namespace_never_bypasses_kueue(
         core.delete_namespace(bare, propagation_policy="Background")
 
 
+def test_installing_the_same_values_again_changes_nothing(installed: Installed) -> None:
+    """On this cluster the real Kueue runs, and its webhook rewrites the queues' memory
+    quotas in canonical form (16384Gi as 16Ti) when they are created: still equal."""
+    again = installed.install(installed.fleet, "same-fleet-values.yaml")
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    said = " ".join(again.stdout.split())
+    assert f"✓ release {RELEASE} revision {installed.revision} is up to date: nothing changed" in (
+        said
+    )
+    assert "✓ CRDs" not in said and "✓ ready" in said
+
+
 # --- upgrade, rollback, uninstall (last: it ends the release) ---
 
 
@@ -444,4 +458,4 @@ def _deployments_gone(apps: client.AppsV1Api):
 
         return check
 
-    return [gone(f"{RELEASE}-health", NAMESPACE), gone("kuberay-operator", "default")]
+    return [gone(f"{RELEASE}-health", NAMESPACE), gone("kuberay-operator", NAMESPACE)]

@@ -77,9 +77,7 @@ SAMPLE = Snapshot(
             gpus=2,
         ),
     ),
-    sandboxes=(
-        Sandbox("agents", "python-gvisor", "gvisor", warm_pool=4, warm_ready=4, claims=3),
-    ),
+    sandboxes=(Sandbox("agents", "python-gvisor", "gvisor", warm_pool=4, warm_ready=4, claims=3),),
     events=(
         Event(
             "2027-01-15T08:00:00Z",

@@ -244,7 +244,7 @@ def test_an_unknown_profile_lists_the_known_ones(gridloop: Gridloop, bundle: Pat
         assert result.code == 2
         assert result.error == (
             f"error: --profile laptop: no such profile in {bundle} "
-            "(known: local, minimal, production)"
+            f"(known: {', '.join(sorted(p.stem for p in (bundle / 'profiles').glob('*.yaml')))})"
         )
 
 
@@ -329,15 +329,42 @@ def test_bad_values_fail_install_before_anything_reaches_the_cluster(
 def test_good_values_do_reach_for_the_cluster(
     gridloop: Gridloop, bundle: Path, nowhere: Path
 ) -> None:
-    """The other side of the test above: with good values install does try to connect."""
+    """The other side of the test above: with good values install does try to connect
+    (doctor's first read), and says where in one line."""
     result = gridloop(
         "install", "--chart", str(bundle), "--profile", "local", "--kubeconfig", str(nowhere)
     )
 
     assert result.code == 1
-    assert result.error.startswith(f"error: applying the CRDs in {bundle / 'crds'}: ")
-    assert "connection refused" in result.error
-    assert "✓ values" in result.out
+    assert result.error.startswith("error: cannot reach the cluster at https://127.0.0.1:")
+    assert "Connection refused" in result.error
+    assert "✓ values" in result.out and "✓ CRDs" not in result.out
+
+
+def test_install_from_a_bundle_tarball_renders_the_chart_inside_it(
+    gridloop: Gridloop, bundle: Path, nowhere: Path, tmp_path: Path
+) -> None:
+    tarball = charting.package(bundle, tmp_path)
+
+    result = gridloop(
+        "install", "--bundle", str(tarball), "--profile", "local", "--kubeconfig", str(nowhere)
+    )
+
+    assert f"from {tarball} (chart 0.1.0, profile local" in result.out
+    assert "✓ values" in result.out and "14 CRDs rendered" in result.out
+    assert result.error.startswith("error: cannot reach the cluster")
+
+
+def test_a_bundle_that_is_not_a_chart_tarball_is_refused(
+    gridloop: Gridloop, nowhere: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "gridloop.tgz"
+    fake.write_text("not a tarball")
+
+    result = gridloop("install", "--bundle", str(fake), "--kubeconfig", str(nowhere))
+
+    assert result.code == 2
+    assert result.error.startswith(f"error: --bundle {fake}: not a chart tarball")
 
 
 def test_a_broken_fleet_reads_as_it_does_for_local_up(tmp_path: Path, bundle: Path) -> None:
@@ -410,13 +437,24 @@ def test_an_oversized_release_is_refused_before_anything_is_applied(
         (["--kubeconfig", "no/such/file"], "error: --kubeconfig no/such/file: no such file"),
         (["--chart", "no/such/chart"], "error: --chart no/such/chart: no Chart.yaml there"),
         (["-f", "no/such/values.yaml"], "error: -f no/such/values.yaml: no such file"),
+        (["--bundle", "no/such.tgz"], "error: --bundle no/such.tgz: no such file"),
+        (["--context", "nope"], "error: --context nope: not in the kubeconfig (contexts: nowhere)"),
     ],
-    ids=["timeout", "release", "namespace", "kubeconfig", "chart", "values-file"],
+    ids=[
+        "timeout",
+        "release",
+        "namespace",
+        "kubeconfig",
+        "chart",
+        "values-file",
+        "bundle",
+        "context",
+    ],
 )
 def test_bad_install_flags_are_one_line_naming_the_flag(
     gridloop: Gridloop, bundle: Path, nowhere: Path, flags: list[str], expected: str
 ) -> None:
-    chart = [] if "--chart" in flags else ["--chart", str(bundle)]
+    chart = [] if {"--chart", "--bundle"} & set(flags) else ["--chart", str(bundle)]
     kubeconfig = [] if "--kubeconfig" in flags else ["--kubeconfig", str(nowhere)]
 
     result = gridloop("install", *chart, *kubeconfig, *flags)

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--mirror",
         type=Path,
         metavar="DIR",
-        help="take a component's manifests from DIR/<component>/*.yaml (offline), as they are",
+        help="take a component's manifests from DIR/<component>/*.yaml (offline); they get "
+        "the same edits as downloaded ones, but their images are not pinned",
     )
     p.add_argument(
         "--skip",

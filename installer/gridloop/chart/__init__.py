@@ -1,14 +1,18 @@
-"""`gridloop render` and `gridloop install`: the umbrella chart, rendered and installed.
+"""The umbrella chart, rendered and installed: `gridloop render|doctor|install|upgrade|
+uninstall|completion`.
 
-Both commands render first, with the project-built helm, so bad values fail with one
-line before anything reaches a cluster. `install` then applies the chart's `crds/`
-server-side (Helm installs CRDs once and never upgrades them) and runs
-`helm upgrade --install --skip-crds`.
+Every command renders first, with the project-built helm, so bad values fail with one
+line before anything reaches a cluster. `doctor` then reads the cluster; `install`
+runs doctor, then its phases (the chart's `crds/` server-side, the components with
+Helm's ownership marks, `helm upgrade --install --skip-crds`) and waits for readiness.
 
-The pure parts decide: `values` (merging values as Helm does, enough to check the
-fleet with gridloop's own schema), `messages` (Helm's errors as one line),
-`records` (how big Helm's release Secret would be). `locating` finds the chart, the
-profile and the kubeconfig; `rendering` and `installing` run helm and kubectl;
-`commands` parses flags and prints. Nothing here may touch a cluster before the
-values have rendered.
+The pure parts decide: `values` (merging values as Helm does), `messages` (Helm's
+errors as one line), `records` (how big Helm's release Secret would be), `objects`
+(the rendering split into phases), `diagnosis`/`checks`/`clashes`/`planning`
+(doctor's verdicts), `readiness`, `purging`. The shells act: `locating` finds the
+chart, profile and kubeconfig; `connecting` builds the one client; `rendering`,
+`installing` run helm and kubectl; `doctoring`, `waiting`, `releases` read and write
+the cluster; `bundles` unpacks `--bundle`; the `*_command` modules and `commands`
+parse flags and print; `exits` holds the exit codes. Nothing here may touch a
+cluster before the values have rendered.
 """

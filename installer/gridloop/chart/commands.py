@@ -1,15 +1,19 @@
-"""`gridloop render` and `gridloop install`: flags and printing around rendering/installing."""
+"""`gridloop render|install|upgrade|doctor`: flags, and the rendering every one starts with."""
 
 from __future__ import annotations
 
 import argparse
 import re
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gridloop.bundle import charting
-from gridloop.chart import installing, locating, records, rendering
+from gridloop.chart import bundles, connecting, exits, locating, objects, planning, rendering
+from gridloop.chart.connecting import Target
+from gridloop.chart.objects import Doc
+from gridloop.chart.values import Layer
 from gridloop.errors import UsageError
 
 DEFAULT_NAMESPACE = "gridloop-system"
@@ -19,42 +23,83 @@ _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_RELEASE = 53  # Helm's limit: names derived from it need room for suffixes
 
+if TYPE_CHECKING:
+    Sub = argparse._SubParsersAction[argparse.ArgumentParser]
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def register(sub: Sub) -> None:
     p = sub.add_parser(
         "render",
         help="print every manifest the chart would install, CRDs included (applies nothing)",
         description="Render the chart with helm (`helm template --include-crds`) and print "
         "it. Bad values fail with one line naming the key, as `gridloop install` would.",
     )
-    _chart_flags(p)
+    chart_flags(p)
     p.set_defaults(func=cmd_render)
 
+    from gridloop.chart import install_command
+
+    for verb, summary in (
+        ("install", "install or upgrade gridloop: doctor, CRDs, components, release, ready"),
+        ("upgrade", "upgrade an installed gridloop (as install, but the release must exist)"),
+    ):
+        p = cluster_command(
+            sub,
+            verb,
+            summary,
+            "Render first (bad values fail before anything is applied), run "
+            "doctor (a failing check stops here), then install in phases: the chart's "
+            "crds/ server-side until Established; every other object but webhook "
+            "configurations and custom resources, until the Services webhooks call have "
+            "a ready endpoint; then `helm upgrade --install --skip-crds`, which records "
+            "the release and adds the rest. A re-run that would change nothing changes "
+            "nothing; a re-run after an interrupted install rolls forward.",
+        )
+        chart_flags(p)
+        p.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait until every Deployment, DaemonSet and StatefulSet is ready "
+            "(up to --timeout; on timeout, name what is not)",
+        )
+        p.add_argument(
+            "--timeout",
+            default=DEFAULT_TIMEOUT,
+            help=f"how long to wait, as 90s, 5m, 1h (default {DEFAULT_TIMEOUT})",
+        )
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print what would change against the cluster (a server-side diff) and "
+            "change nothing",
+        )
+        p.add_argument(
+            "--skip-doctor", action="store_true", help="install even if a doctor check fails"
+        )
+        p.add_argument(
+            "--bundle",
+            type=Path,
+            metavar="FILE",
+            help="the chart from a tarball written by `gridloop bundle --tarball` "
+            "(air-gapped; instead of --chart)",
+        )
+        p.set_defaults(func=install_command.cmd_install, must_exist=verb == "upgrade")
+
+
+def cluster_command(sub: Sub, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A command that talks to a cluster: --kubeconfig, --context, exit codes in --help."""
     p = sub.add_parser(
-        "install",
-        help="install or upgrade gridloop on a cluster (render, CRDs, helm upgrade --install)",
-        description="Render first (bad values fail before anything is applied), then apply "
-        "the chart's crds/ server-side and run `helm upgrade --install --skip-crds`.",
+        name,
+        help=summary,
+        description=description,
+        epilog=exits.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _chart_flags(p)
-    p.add_argument(
-        "--kubeconfig",
-        type=Path,
-        help="the cluster (default: $KUBECONFIG, else the local cluster's if it was "
-        "started, else ~/.kube/config)",
-    )
-    p.add_argument(
-        "--wait", action="store_true", help="wait until every workload is ready (up to --timeout)"
-    )
-    p.add_argument(
-        "--timeout",
-        default=DEFAULT_TIMEOUT,
-        help=f"how long to wait, as 90s, 5m, 1h (default {DEFAULT_TIMEOUT})",
-    )
-    p.set_defaults(func=cmd_install)
+    cluster_flags(p)
+    return p
 
 
-def _chart_flags(p: argparse.ArgumentParser) -> None:
+def chart_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", metavar="P", help="values from the chart's profiles/P.yaml")
     p.add_argument(
         "-f",
@@ -81,6 +126,10 @@ def _chart_flags(p: argparse.ArgumentParser) -> None:
         help=f"the chart (default: ./{locating.DEFAULT_BUNDLE} if `gridloop bundle` wrote "
         "it there, else the repository's charts/gridloop)",
     )
+    release_flags(p)
+
+
+def release_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--namespace",
         default=DEFAULT_NAMESPACE,
@@ -91,7 +140,19 @@ def _chart_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _request(args: argparse.Namespace) -> rendering.Request:
+def cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="the cluster (default: $KUBECONFIG, else the local cluster's if it was "
+        "started, else ~/.kube/config)",
+    )
+    p.add_argument(
+        "--context", metavar="NAME", help="a context of the kubeconfig (default: its current)"
+    )
+
+
+def check_release(args: argparse.Namespace) -> None:
     if not _DNS_LABEL.match(args.namespace) or len(args.namespace) > 63:
         raise UsageError(f"--namespace {args.namespace}: not a namespace name (a DNS label)")
     if not _DNS_LABEL.match(args.release) or len(args.release) > MAX_RELEASE:
@@ -99,7 +160,33 @@ def _request(args: argparse.Namespace) -> rendering.Request:
             f"--release {args.release}: lowercase letters, digits and '-', "
             f"at most {MAX_RELEASE} characters"
         )
-    chart = locating.chart_folder(args.chart)
+
+
+def target(args: argparse.Namespace) -> Target:
+    timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
+    if not _DURATION.match(timeout):
+        raise UsageError(f"--timeout {timeout}: not a duration (like 90s, 5m or 1h)")
+    if args.context is not None and not args.context.strip():
+        raise UsageError("--context: empty")
+    kubeconfig = locating.kubeconfig(args.kubeconfig)
+    connecting.check_context(kubeconfig, args.context)
+    return Target(
+        kubeconfig=kubeconfig,
+        context=args.context,
+        wait=getattr(args, "wait", False),
+        timeout=timeout,
+    )
+
+
+def request(args: argparse.Namespace) -> rendering.Request:
+    check_release(args)
+    bundle = getattr(args, "bundle", None)
+    if bundle is not None:
+        if args.chart is not None:
+            raise UsageError("--bundle and --chart: give one of them")
+        chart = bundles.unpack(bundle)
+    else:
+        chart = locating.chart_folder(args.chart)
     return rendering.Request(
         chart=chart,
         profile=locating.profile_file(chart, args.profile),
@@ -110,62 +197,41 @@ def _request(args: argparse.Namespace) -> rendering.Request:
     )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A rendering, with its objects parsed and the values it was made from."""
+
+    request: rendering.Request
+    rendered: rendering.Rendered
+    crds: list[Doc]  # the chart's crds/, in order
+    docs: list[Doc]  # everything else: what Helm records as the release
+    values: dict[str, Any]
+
+
+def prepare(req: rendering.Request) -> Prepared:
+    rendered = rendering.render(req)
+    everything = objects.parse(rendered.text)
+    layers = [Layer(str(req.profile), locating.values_file(req.profile))] if req.profile else []
+    layers += [Layer(str(path), locating.values_file(path)) for path in req.files]
+    defaults = charting.read(req.chart).values
+    values = planning.merged_values(
+        defaults if isinstance(defaults, dict) else {}, layers, req.sets
+    )
+    return Prepared(
+        request=req,
+        rendered=rendered,
+        crds=[d for d in everything if d["kind"] == objects.CRD],
+        docs=objects.parse(rendered.manifest),
+        values=values,
+    )
+
+
 def cmd_render(args: argparse.Namespace) -> int:
-    request = _request(args)
-    rendered = rendering.render(request)
+    req = request(args)
+    rendered = rendering.render(req)
     sys.stdout.write(rendered.text)
     print(
-        f"rendered {rendered.objects} objects and {rendered.crds} CRDs from {request.chart}",
+        f"rendered {rendered.objects} objects and {rendered.crds} CRDs from {req.chart}",
         file=sys.stderr,
     )
     return 0
-
-
-def cmd_install(args: argparse.Namespace) -> int:
-    start = time.monotonic()
-    if not _DURATION.match(args.timeout):
-        raise UsageError(f"--timeout {args.timeout}: not a duration (like 90s, 5m or 1h)")
-    request = _request(args)
-    target = installing.Target(
-        kubeconfig=locating.kubeconfig(args.kubeconfig), wait=args.wait, timeout=args.timeout
-    )
-    chart = charting.read(request.chart)
-    profile = f", profile {args.profile}" if args.profile else ""
-    print(
-        f"installing {request.release} into {request.namespace} from {request.chart} "
-        f"(chart {chart.version}{profile}; kubeconfig {target.kubeconfig})",
-        flush=True,
-    )
-
-    rendered = rendering.render(request)
-    size = records.estimate(request.chart, rendered.manifest)
-    if size > records.SECRET_LIMIT:
-        raise UsageError(
-            f"the release would not fit: Helm keeps the chart and its rendering in a Secret "
-            f"of at most 1 MiB, and this one needs about {records.mib(size)}; leave unused "
-            "upstream components out (`gridloop bundle --skip COMPONENT`)"
-        )
-    _step(
-        "values",
-        f"{rendered.objects} objects and {rendered.crds} CRDs rendered "
-        f"(release record ≈ {records.mib(size)} of 1 MiB)",
-    )
-
-    applied = installing.apply_crds(request.chart, target)
-    if applied:
-        _step("CRDs", f"{len(applied)} applied server-side from {request.chart / 'crds'}")
-    else:
-        _step("CRDs", "none in this chart")
-
-    waiting = f", waiting up to {target.timeout} for workloads" if target.wait else ""
-    print(f"  … {'helm':<12} upgrade --install {request.release}{waiting}", flush=True)
-    installed = installing.upgrade(request, target)
-    _step(f"release {request.release}", f"revision {installed.revision} {installed.status}")
-    if installed.notes:
-        print(f"\nNOTES:\n{installed.notes}")
-    print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
-    return 0
-
-
-def _step(what: str, detail: str) -> None:
-    print(f"  ✓ {what:<12} {detail}", flush=True)

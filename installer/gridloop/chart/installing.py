@@ -4,34 +4,35 @@ Helm installs `crds/` only when a release is first installed and never changes a
 after that, so an upgrade that brings a new Kueue would keep the old schema. The
 chart's CRDs are therefore applied here, server-side (KubeRay's are too large for
 the last-applied annotation of a client-side apply) under the field manager
-`gridloop`, on every install and upgrade, and helm runs with `--skip-crds`. Both
-tools are the project-built ones and get the kubeconfig through KUBECONFIG, which
-may name several files. Call this only with values that have rendered.
+`gridloop`, on every install and upgrade, and helm runs with `--skip-crds`.
+
+The components phase (objects.py) applies objects server-side under the field manager
+`helm`, Helm 4's own, with Helm's ownership marks, so the `helm upgrade --install`
+that follows owns the same fields and adopts them without a conflict. Both tools are
+the project-built ones and get the kubeconfig through KUBECONFIG, which may name
+several files, and the context as a flag. Call this only with values that have rendered.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop.chart import messages
+from gridloop.chart.connecting import Target
+from gridloop.chart.objects import Doc, dump
 from gridloop.chart.rendering import Request
 from gridloop.errors import ClusterError
 from gridloop.local import building
 
 FIELD_MANAGER = "gridloop"
-TOOL_TIMEOUT = 60 * 60.0  # seconds; helm's own --timeout bounds the waiting part
+HELM_FIELD_MANAGER = "helm"  # Helm 4's server-side apply
+DIFF_FIELD_MANAGER = "gridloop-diff"  # a dry run's: owns nothing, so removes nothing
+TOOL_TIMEOUT = 60 * 60.0  # seconds; the waits have their own timeouts
 CRD_SUFFIXES = (".yaml", ".yml", ".json")
-
-
-@dataclass(frozen=True)
-class Target:
-    kubeconfig: str  # one path, or several joined with ':' as in $KUBECONFIG
-    wait: bool = False
-    timeout: str = "5m"  # a Go duration, as helm and kubectl take it
 
 
 @dataclass(frozen=True)
@@ -57,29 +58,72 @@ def apply_crds(chart: Path, target: Target) -> list[str]:
     if not files:
         return []
     kubectl = str(building.binary("kubectl"))
-    cmd = [kubectl, "apply", "--server-side", "--force-conflicts"]
+    cmd = [kubectl, *target.kubectl_flags(), "apply", "--server-side", "--force-conflicts"]
     cmd += [f"--field-manager={FIELD_MANAGER}", "-o", "name"]
     for path in files:
         cmd += ["-f", str(path)]
     applied = _run(cmd, target, f"applying the CRDs in {chart / 'crds'}").split()
-    wait = [kubectl, "wait", "--for=condition=Established", f"--timeout={target.timeout}"]
+    wait = [kubectl, *target.kubectl_flags(), "wait", "--for=condition=Established"]
+    wait.append(f"--timeout={target.timeout}")
     _run([*wait, *applied], target, "waiting for the CRDs to be Established")
     return applied
+
+
+def apply_components(groups: dict[str, list[Doc]], target: Target) -> int:
+    """Apply each namespace's objects server-side as Helm would; return how many."""
+    kubectl = str(building.binary("kubectl"))
+    applied = 0
+    for namespace, docs in groups.items():
+        cmd = [kubectl, *target.kubectl_flags(), "apply", "--server-side", "--force-conflicts"]
+        cmd += [f"--field-manager={HELM_FIELD_MANAGER}", "-n", namespace, "-o", "name", "-f", "-"]
+        out = _run(cmd, target, f"applying the components in {namespace}", stdin=dump(docs))
+        applied += len(out.split())
+    return applied
+
+
+def diff(docs: Sequence[Doc], namespace: str, target: Target) -> str:
+    """`kubectl diff --server-side` of `docs`: what applying them would change ("" if nothing)."""
+    if not docs:
+        return ""
+    cmd = [str(building.binary("kubectl")), *target.kubectl_flags(), "diff", "--server-side"]
+    cmd += [
+        "--force-conflicts",
+        f"--field-manager={DIFF_FIELD_MANAGER}",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+    ]
+    return _run(
+        cmd, target, f"diffing against the cluster in {namespace}", stdin=dump(docs), ok=(0, 1)
+    )
+
+
+def stored_manifest(request: Request, target: Target) -> str:
+    """The manifest Helm recorded for the release's newest revision."""
+    cmd = [str(building.binary("helm")), *target.helm_flags(), "get", "manifest", request.release]
+    cmd += ["--namespace", request.namespace]
+    return _run(cmd, target, f"helm get manifest {request.release}", helm_output=True)
+
+
+def uninstall(release: str, namespace: str, target: Target) -> str:
+    cmd = [str(building.binary("helm")), *target.helm_flags(), "uninstall", release]
+    cmd += ["--namespace", namespace, "--wait", "--timeout", target.timeout]
+    return _run(cmd, target, f"helm uninstall {release}", helm_output=True).strip()
 
 
 def upgrade(request: Request, target: Target) -> Installed:
     """`helm upgrade --install` the release, CRDs skipped (apply_crds did them)."""
     helm = str(building.binary("helm"))
-    cmd = [helm, "upgrade", "--install", request.release, str(request.chart)]
+    cmd = [helm, *target.helm_flags(), "upgrade", "--install", request.release, str(request.chart)]
     cmd += ["--namespace", request.namespace, "--create-namespace", "--skip-crds"]
     # Between releases the health service owns the GPU quotas of the team ClusterQueues
     # (lowered to the healthy GPUs: docs/queues.md), and Helm 4's server-side apply would
     # refuse to take them back. The chart's quotas win on upgrade; the service lowers them
     # again within a cycle if GPUs are still out, and takes the chart's new value as the
     # configured quota (health/gridloop/health/queues.py).
+    # No --wait: waiting.py waits, and names what is not ready.
     cmd += ["--color", "never", "--force-conflicts"]
-    if target.wait:
-        cmd += ["--wait", "--timeout", target.timeout]
     cmd += request.values_args()
     what = f"helm upgrade --install {request.release}"
     return parse_status(_run(cmd, target, what, helm_output=True))
@@ -97,15 +141,27 @@ def parse_status(output: str) -> Installed:
     )
 
 
-def _run(cmd: list[str], target: Target, what: str, helm_output: bool = False) -> str:
-    env = {**os.environ, "KUBECONFIG": target.kubeconfig}
+def _run(
+    cmd: list[str],
+    target: Target,
+    what: str,
+    helm_output: bool = False,
+    stdin: str | None = None,
+    ok: tuple[int, ...] = (0,),
+) -> str:
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=env, timeout=TOOL_TIMEOUT, check=False
+            cmd,
+            capture_output=True,
+            text=True,
+            env=target.env(),
+            input=stdin,
+            timeout=TOOL_TIMEOUT,
+            check=False,
         )
     except subprocess.TimeoutExpired as err:
         raise ClusterError(f"{what}: no answer in {TOOL_TIMEOUT:.0f}s") from err
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         problem = messages.helm_error(proc.stderr) if helm_output else _kubectl_error(proc.stderr)
         raise ClusterError(f"{what}: {problem}")
     return proc.stdout

@@ -1,0 +1,285 @@
+"""`gridloop doctor`'s decisions: what was read from a cluster, and what is planned, in;
+a list of checks out (pure: no client, no clock, no files).
+
+Each check passes, warns or fails, with one line of detail and, when it is not a pass,
+one line saying how to fix it. A fail is something the install would trip over or
+that would leave a broken platform (too old a control plane, missing permissions, no
+GPU node, a second Kueue controller, an object of the same name owned by someone
+else); a warn is something to know (an untested Kubernetes, a flavor no node matches,
+a pending release the install will roll forward). What could not be read (a user who
+may not list nodes) is a warn that names what was refused, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from gridloop.chart import clashes
+from gridloop.chart.diagnosis import Check, Observed, Planned, Status, few, unread
+
+GPU = "nvidia.com/gpu"
+GPU_PRODUCT = "nvidia.com/gpu.product"  # set by GPU Feature Discovery
+PROMETHEUS_GROUP = "monitoring.coreos.com"
+PROMETHEUS_CRDS = {
+    "ServiceMonitor": "servicemonitors.monitoring.coreos.com",
+    "PodMonitor": "podmonitors.monitoring.coreos.com",
+    "PrometheusRule": "prometheusrules.monitoring.coreos.com",
+}
+
+
+# --- the checks ---
+
+
+def evaluate(observed: Observed, planned: Planned) -> list[Check]:
+    """Every check, in the order doctor prints them."""
+    checks = [
+        kubernetes_version(observed, planned),
+        permissions(observed),
+        gpu_nodes(observed),
+        gpu_labels(observed, planned),
+        runtime_classes(observed, planned),
+    ]
+    checks += [clashes.component(c, observed, planned) for c in clashes.COMPONENTS]
+    checks += [
+        prometheus_operator(observed, planned),
+        api_kinds(observed),
+        clashes.free_names(observed, planned),
+        release_state(observed, planned),
+        namespace_state(observed, planned),
+    ]
+    return checks
+
+
+def failed(checks: Sequence[Check]) -> list[Check]:
+    return [c for c in checks if c.status is Status.FAIL]
+
+
+def summary(checks: Sequence[Check]) -> str:
+    counts = {s: sum(1 for c in checks if c.status is s) for s in Status}
+    return ", ".join(f"{counts[s]} {s.value}" for s in Status)
+
+
+def _version(text: str) -> tuple[int, int, int] | None:
+    found = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if not found:
+        return None
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def kubernetes_version(observed: Observed, planned: Planned) -> Check:
+    name = "kubernetes-version"
+    server, least = _version(observed.server_version), _version(planned.min_kubernetes)
+    tested = _version(planned.tested_kubernetes)
+    if server is None or least is None or tested is None:
+        return Check(
+            name,
+            Status.WARN,
+            f"cannot read the server version {observed.server_version!r}",
+            f"make sure the control plane is Kubernetes {planned.min_kubernetes} or later",
+        )
+    if server < least:
+        return Check(
+            name,
+            Status.FAIL,
+            f"{observed.server_version} is older than {planned.min_kubernetes}, the oldest "
+            "the chart supports (ValidatingAdmissionPolicy v1)",
+            f"upgrade the control plane to {planned.min_kubernetes} or later",
+        )
+    if server[:2] > tested[:2]:
+        return Check(
+            name,
+            Status.WARN,
+            f"{observed.server_version} is newer than {planned.tested_kubernetes}, "
+            "the newest gridloop is tested with",
+            "expect it to work; report what does not",
+        )
+    return Check(name, Status.PASS, f"{observed.server_version} (supported)")
+
+
+def permissions(observed: Observed) -> Check:
+    name = "permissions"
+    if observed.denied is None:
+        return unread(name, "selfsubjectaccessreviews", observed)
+    if observed.denied:
+        denied = list(observed.denied)
+        return Check(
+            name,
+            Status.FAIL,
+            f"missing {len(denied)} permissions the install needs: {few(denied)}",
+            "run as a cluster admin, or bind a ClusterRole granting them "
+            "(`gridloop doctor -o json` lists every one)",
+            tuple(denied),
+        )
+    return Check(name, Status.PASS, "every object the install writes may be created and updated")
+
+
+def gpu_nodes(observed: Observed) -> Check:
+    name = "gpu-nodes"
+    if observed.nodes is None:
+        return unread(name, "nodes", observed)
+    gpu = [n for n in observed.nodes if n.gpus > 0]
+    if not gpu:
+        return Check(
+            name,
+            Status.FAIL,
+            f"no node offers {GPU} ({len(observed.nodes)} nodes)",
+            "add GPU nodes with the NVIDIA driver and device plugin (the GPU Operator "
+            "installs both)",
+        )
+    total = sum(n.gpus for n in gpu)
+    return Check(name, Status.PASS, f"{len(gpu)} GPU nodes, {total} GPUs")
+
+
+def gpu_labels(observed: Observed, planned: Planned) -> Check:
+    """GPU nodes carry GPU Feature Discovery's product label, and every Kueue flavor the
+    chart derives from the fleet matches at least one node."""
+    name = "gpu-labels"
+    if observed.nodes is None:
+        return unread(name, "nodes", observed)
+    unlabelled = sorted(
+        n.name for n in observed.nodes if n.gpus > 0 and GPU_PRODUCT not in n.labels
+    )
+    empty = [
+        f"{flavor} ({','.join(f'{k}={v}' for k, v in sorted(labels.items()))})"
+        for flavor, labels in sorted(planned.flavors.items())
+        if not any(all(n.labels.get(k) == v for k, v in labels.items()) for n in observed.nodes)
+    ]
+    if unlabelled:
+        return Check(
+            name,
+            Status.WARN,
+            f"{len(unlabelled)} GPU nodes have no {GPU_PRODUCT} label: {few(unlabelled)}",
+            "run GPU Feature Discovery (part of the GPU Operator) so GPU nodes are labelled",
+            tuple(unlabelled),
+        )
+    if empty:
+        return Check(
+            name,
+            Status.WARN,
+            f"{len(empty)} Kueue flavors match no node: {few(empty)}",
+            "label each pool's nodes with its flavor's labels, or correct the fleet values",
+            tuple(empty),
+        )
+    if not planned.flavors:
+        return Check(
+            name,
+            Status.WARN,
+            "no fleet in the values: the ClusterQueues get no GPU quota",
+            "pass the fleet as values: -f fleet-values.yaml holding `fleet:`",
+        )
+    return Check(name, Status.PASS, f"every one of {len(planned.flavors)} Kueue flavors has nodes")
+
+
+def runtime_classes(observed: Observed, planned: Planned) -> Check:
+    """A RuntimeClass's handler cannot change: one of the same name with another handler
+    makes the install fail. Nodes that report their handlers must have the chart's."""
+    name = "runtime-classes"
+    if not planned.runtime_classes:
+        return Check(name, Status.PASS, "the install creates no RuntimeClass (sandboxes off)")
+    if observed.runtime_classes is None:
+        return unread(name, "runtimeclasses", observed)
+    clashes = [
+        f"{rc} has handler {observed.runtime_classes[rc]}, the chart wants {handler}"
+        for rc, handler in sorted(planned.runtime_classes.items())
+        if rc in observed.runtime_classes and observed.runtime_classes[rc] != handler
+    ]
+    if clashes:
+        return Check(
+            name,
+            Status.FAIL,
+            f"RuntimeClass handlers cannot be changed: {'; '.join(clashes)}",
+            "set agentSandbox.gvisor.handler (or kata.handler) to the existing handler, "
+            "or delete that RuntimeClass",
+        )
+    wanted = sorted(set(planned.runtime_classes.values()))
+    if observed.nodes is None:
+        return unread(name, "nodes", observed)
+    reporting = [n for n in observed.nodes if n.runtime_handlers is not None]
+    if not reporting:
+        return Check(
+            name,
+            Status.WARN,
+            f"nodes do not report their runtime handlers; cannot tell whether {', '.join(wanted)} "
+            "is installed",
+            f"install gVisor (runsc) or Kata on the nodes and register the handler "
+            f"{', '.join(wanted)} with containerd",
+        )
+    missing = [h for h in wanted if not any(h in (n.runtime_handlers or ()) for n in reporting)]
+    if missing:
+        return Check(
+            name,
+            Status.FAIL,
+            f"no node has the runtime handler {', '.join(missing)}",
+            "install gVisor (runsc) or Kata on the sandbox nodes, or turn sandboxes off",
+        )
+    return Check(name, Status.PASS, f"handlers {', '.join(wanted)} found on the nodes")
+
+
+def prometheus_operator(observed: Observed, planned: Planned) -> Check:
+    name = "prometheus-operator"
+    used = sorted(k for k in PROMETHEUS_CRDS if k in planned.kinds)
+    if not used:
+        return Check(name, Status.PASS, "monitoring objects off: not needed")
+    if observed.crds is None:
+        return unread(name, "customresourcedefinitions", observed)
+    missing = [PROMETHEUS_CRDS[k] for k in used if PROMETHEUS_CRDS[k] not in observed.crds]
+    if missing:
+        return Check(
+            name,
+            Status.FAIL,
+            f"the chart creates {', '.join(used)} but these CRDs are missing: {few(missing)}",
+            "install the Prometheus Operator (kube-prometheus-stack), or set "
+            "monitoring.enabled=false",
+            tuple(missing),
+        )
+    return Check(name, Status.PASS, f"CRDs for {', '.join(used)} present")
+
+
+def api_kinds(observed: Observed) -> Check:
+    name = "api-kinds"
+    unserved = [k for k in observed.unserved if PROMETHEUS_GROUP not in k]
+    if unserved:
+        return Check(
+            name,
+            Status.FAIL,
+            f"no API serves {few(unserved)} and the chart has no CRD for it",
+            "install the component that defines it, or turn off the values that render it",
+            tuple(unserved),
+        )
+    return Check(name, Status.PASS, "every kind the chart renders is served or has its CRD")
+
+
+def release_state(observed: Observed, planned: Planned) -> Check:
+    name = "release"
+    what = f"release {planned.release} in {planned.namespace}"
+    found = observed.release
+    if "secrets" in observed.refused:
+        return unread(name, "secrets", observed)
+    if found is None:
+        return Check(name, Status.PASS, f"{what}: not installed yet")
+    if found.status.startswith("pending-"):
+        return Check(
+            name,
+            Status.WARN,
+            f"{what}: revision {found.revision} is {found.status} (an install was interrupted)",
+            "`gridloop install` marks it failed and rolls forward; do not run two at once",
+        )
+    return Check(name, Status.PASS, f"{what}: revision {found.revision} {found.status}")
+
+
+def namespace_state(observed: Observed, planned: Planned) -> Check:
+    name = "namespace"
+    if "namespaces" in observed.refused:
+        return unread(name, "namespaces", observed)
+    if observed.namespace_phase == "Terminating":
+        return Check(
+            name,
+            Status.FAIL,
+            f"namespace {planned.namespace} is being deleted",
+            "wait until it is gone, then install",
+        )
+    if observed.namespace_phase is None:
+        return Check(name, Status.PASS, f"{planned.namespace} does not exist yet: created")
+    return Check(name, Status.PASS, f"{planned.namespace} exists")

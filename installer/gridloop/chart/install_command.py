@@ -1,0 +1,227 @@
+"""`gridloop install` and `gridloop upgrade`: doctor, then the phases, then the wait.
+
+Level-triggered: every run renders the whole chart and converges the cluster to it.
+When the release is deployed, Helm's record equals the rendering and a server-side
+diff of every object is empty, nothing is applied and no revision is made. A release
+left pending by an interrupted run is marked failed and rolled forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from kubernetes import client
+
+from gridloop.bundle import charting
+from gridloop.chart import (
+    commands,
+    connecting,
+    doctor_command,
+    installing,
+    objects,
+    readiness,
+    records,
+    releases,
+    waiting,
+)
+from gridloop.chart.checks import summary
+from gridloop.chart.commands import Prepared
+from gridloop.chart.connecting import Target
+from gridloop.chart.doctoring import discover, object_path
+from gridloop.errors import ClusterError, UsageError
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    req = commands.request(args)
+    where = commands.target(args)
+    verb = "upgrading" if args.must_exist else "installing"
+    chart = charting.read(req.chart)
+    profile = f", profile {args.profile}" if args.profile else ""
+    context = f", context {where.context}" if where.context else ""
+    print(
+        f"{verb} {req.release} into {req.namespace} from {args.bundle or req.chart} "
+        f"(chart {chart.version}{profile}; kubeconfig {where.kubeconfig}{context})",
+        flush=True,
+    )
+    prepared = commands.prepare(req)
+    rendered = prepared.rendered
+    size = records.estimate(req.chart, rendered.manifest)
+    if size > records.SECRET_LIMIT:
+        raise UsageError(
+            f"the release would not fit: Helm keeps the chart and its rendering in a Secret "
+            f"of at most 1 MiB, and this one needs about {records.mib(size)}; leave unused "
+            "upstream components out (`gridloop bundle --skip COMPONENT`)"
+        )
+    step(
+        "values",
+        f"{rendered.objects} objects and {rendered.crds} CRDs rendered "
+        f"(release record ≈ {records.mib(size)} of 1 MiB)",
+    )
+
+    api = connecting.api_client(where)
+    existing = releases.latest(api, req.release, req.namespace)
+    if args.must_exist and existing is None:
+        raise UsageError(
+            f"release {req.release} is not installed in {req.namespace}: use `gridloop install`"
+        )
+    if not args.skip_doctor:
+        found = doctor_command.diagnose(prepared, api)
+        doctor_command.print_checks(found, only_problems=True)
+        doctor_command.stop_on_failure(found)
+        step("doctor", summary(found))
+
+    if args.dry_run:
+        show_diff(prepared, where, api)
+        print(f"dry run: nothing changed ({time.monotonic() - start:.1f}s)", file=sys.stderr)
+        return 0
+
+    if existing is not None and existing.status == "deployed" and up_to_date(prepared, where, api):
+        step(
+            f"release {req.release}", f"revision {existing.revision} is up to date: nothing changed"
+        )
+    else:
+        converge(prepared, where, api)
+    if where.wait:
+        refs = objects.workloads(prepared.docs, req.namespace)
+        waiting.workloads(api, refs, readiness.seconds(where.timeout))
+        step("ready", f"{len(refs)} workloads ready")
+    print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
+    return 0
+
+
+def converge(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
+    req = prepared.request
+    applied = installing.apply_crds(req.chart, where)
+    step("CRDs", f"{len(applied)} applied server-side, Established" if applied else "none")
+
+    crd_kinds = set(objects.crd_kinds(prepared.crds)) | objects.custom_kinds(prepared.docs)
+    parts = [
+        objects.adoptable(d, req.release, req.namespace)
+        for d in objects.components(prepared.docs, crd_kinds)
+    ]
+    ensure_namespace(api, req.namespace)
+    groups = objects.by_namespace(parts, req.namespace)
+    ordered = {req.namespace: groups.pop(req.namespace, []), **dict(sorted(groups.items()))}
+    count = installing.apply_components({ns: d for ns, d in ordered.items() if d}, where)
+    hooks = objects.webhook_services([*prepared.docs, *prepared.crds], req.namespace)
+    if hooks:
+        waiting.services(api, hooks, readiness.seconds(where.timeout))
+    serving = f"; {len(hooks)} webhook Services serving" if hooks else ""
+    step("components", f"{count} objects applied server-side{serving}")
+
+    unlocked = releases.unlock(api, req.release, req.namespace)
+    if unlocked is not None:
+        step(
+            "release", f"revision {unlocked} was left pending by an interrupted run: marked failed"
+        )
+    custom = len(objects.custom_resources(prepared.docs, crd_kinds))
+    print(
+        f"  … {'helm':<12} upgrade --install {req.release} ({custom} custom resources)", flush=True
+    )
+    installed = installing.upgrade(req, where)
+    step(f"release {req.release}", f"revision {installed.revision} {installed.status}")
+    if installed.notes:
+        print(f"\nNOTES:\n{installed.notes}\n")
+
+
+def ensure_namespace(api: client.ApiClient, name: str) -> None:
+    """The release namespace, created as `helm --create-namespace` would (no labels)."""
+    core = client.CoreV1Api(api)
+    try:
+        connecting.reached(api, lambda: core.create_namespace({"metadata": {"name": name}}))
+    except client.ApiException as err:
+        if err.status != 409:
+            raise UsageError(
+                f"--namespace {name}: cannot create it ({connecting.status_of(err)})"
+            ) from err
+
+
+def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool:
+    """Helm's record equals the rendering, and every object on the cluster holds what the
+    rendering sets (read and compared, not applied: nothing is written to find out)."""
+    stored = objects.parse(installing.stored_manifest(prepared.request, where))
+    if not objects.same_objects(stored, prepared.docs):
+        return False
+    if not crds_current(prepared, api):
+        return False
+    resources, unserved = discover(api, prepared.crds, prepared.docs)
+    if unserved:
+        return False
+    for doc in prepared.docs:
+        found = resources[(str(doc["apiVersion"]), str(doc["kind"]))]
+        ref = objects.ref(doc, prepared.request.namespace, found.namespaced)
+        try:
+            live = connecting.get(api, object_path(found, ref.api_version, ref.namespace, ref.name))
+        except client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        wanted = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+        if not objects.contains(live, wanted):
+            return False
+    return True
+
+
+def crds_current(prepared: Prepared, api: client.ApiClient) -> bool:
+    """Every chart CRD is on the cluster with the chart's spec (a server-side diff of
+    Kueue's CRDs takes seconds; reading them takes a fraction of one)."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+    for crd in prepared.crds:
+        try:
+            live = connecting.get(api, path + crd["metadata"]["name"])
+        except client.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        if not objects.contains(live, {"metadata": crd["metadata"], "spec": crd["spec"]}):
+            return False
+    return True
+
+
+def show_diff(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
+    """What install would change: a server-side diff per namespace, new objects in
+    namespaces or kinds not there yet, and objects the release would drop."""
+    req = prepared.request
+    resources, _ = discover(api, [], [*prepared.crds, *prepared.docs])
+    present = {
+        ns
+        for ns in objects.by_namespace(prepared.docs, req.namespace)
+        if connecting.get(api, "/api/v1/namespaces", {"fieldSelector": f"metadata.name={ns}"})[
+            "items"
+        ]
+    }
+    changes = installing.diff(prepared.crds, req.namespace, where)
+    new: list[str] = []
+    for ns, docs in objects.by_namespace(prepared.docs, req.namespace).items():
+        served = [d for d in docs if (d["apiVersion"], d["kind"]) in resources]
+        for doc in docs:
+            if doc not in served or ns not in present:
+                new.append(objects.ref(doc, ns, namespaced=True).label())
+        if ns in present:
+            changes += installing.diff(served, ns, where)
+    print(changes, end="")
+    for label in new:
+        print(f"+ {label} (new)")
+    gone = dropped(prepared, where)
+    for kind, ns, name in sorted(gone):
+        print(f"- {kind} {ns}/{name} (no longer rendered: helm would delete it)")
+    total = changes.count("\ndiff -u") + changes.startswith("diff -u") + len(new) + len(gone)
+    step("dry run", f"{total} objects would change" if total else "nothing would change")
+
+
+def dropped(prepared: Prepared, where: Target) -> set[tuple[str, str, str]]:
+    req = prepared.request
+    try:
+        stored = objects.parse(installing.stored_manifest(req, where))
+    except ClusterError:  # no release yet: nothing to drop
+        return set()
+    return objects.identities(stored, req.namespace) - objects.identities(
+        prepared.docs, req.namespace
+    )
+
+
+def step(what: str, detail: str) -> None:
+    print(f"  ✓ {what:<12} {detail}", flush=True)

@@ -1,0 +1,68 @@
+"""What an install of these values would do, as doctor's checks need it (pure).
+
+From the rendering (its kinds, ResourceFlavors, RuntimeClasses), the merged values
+(which upstream controllers the chart installs), the versions the bundle pins and the
+chart's `kubeVersion`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gridloop.chart import diagnosis, objects
+from gridloop.chart.objects import Doc
+from gridloop.chart.values import Layer, SetSyntax, coalesce, user_values
+
+# values keys of the upstream controllers, and of the DCGM exporter
+ENABLED_KEYS = ("kueue", "kuberay", "kaito", "agentSandbox", "dcgmExporter")
+DEFAULT_MIN_KUBERNETES = "v1.30.0"
+
+
+def merged_values(
+    defaults: Mapping[str, Any], layers: Sequence[Layer], sets: Sequence[str]
+) -> dict[str, Any]:
+    """The values helm renders with (a --set this parser cannot read counts as absent:
+    the rendering already refused or accepted it)."""
+    try:
+        user, _ = user_values(layers, sets)
+    except SetSyntax:
+        user = {}
+    return coalesce(dict(defaults), user)
+
+
+def enabled(values: Mapping[str, Any]) -> dict[str, bool]:
+    out = {}
+    for key in ENABLED_KEYS:
+        section = values.get(key)
+        out[key] = bool(section.get("enabled")) if isinstance(section, dict) else False
+    return out
+
+
+def min_kubernetes(chart_meta: Mapping[str, Any]) -> str:
+    """The lowest version in Chart.yaml's `kubeVersion: ">=1.30.0-0"`."""
+    found = re.search(r">=\s*v?(\d+\.\d+(?:\.\d+)?)", str(chart_meta.get("kubeVersion", "")))
+    return f"v{found.group(1)}" if found else DEFAULT_MIN_KUBERNETES
+
+
+def plan(
+    release: str,
+    namespace: str,
+    values: Mapping[str, Any],
+    docs: Sequence[Doc],
+    pinned: Mapping[str, str],
+    chart_meta: Mapping[str, Any],
+    tested_kubernetes: str,
+) -> diagnosis.Planned:
+    return diagnosis.Planned(
+        release=release,
+        namespace=namespace,
+        enabled=enabled(values),
+        pinned=pinned,
+        kinds=frozenset(str(d.get("kind")) for d in docs),
+        flavors=objects.flavors(docs),
+        runtime_classes=objects.runtime_classes(docs),
+        min_kubernetes=min_kubernetes(chart_meta),
+        tested_kubernetes=tested_kubernetes,
+    )

@@ -1,0 +1,63 @@
+"""When a workload counts as ready, and how a wait's timeout reads (pure).
+
+The rules are `kubectl rollout status`'s: the controller has seen the newest spec
+(observedGeneration), every replica runs it, and all of them are available (ready).
+A workload not found yet is not ready. `helm --wait` is not used: it says only that
+the wait timed out, and marks the release failed; this names what is not ready.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gridloop.chart.objects import Ref
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds(duration: str) -> float:
+    """A Go duration (`90s`, `5m`, `1h30m`) in seconds."""
+    return sum(float(n) * _UNIT[u] for n, u in _PART.findall(duration))
+
+
+def state(kind: str, obj: Mapping[str, Any] | None) -> str:
+    """ "" when ready, else why not, in a few words."""
+    if obj is None:
+        return "not found"
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation", 0)
+    if status.get("observedGeneration", 0) < generation:
+        return "not yet seen by its controller"
+    if kind == "DaemonSet":
+        want = int(status.get("desiredNumberScheduled", 0))
+        updated = int(status.get("updatedNumberScheduled", 0))
+        have = int(status.get("numberAvailable", 0))
+    else:
+        want = 1 if spec.get("replicas") is None else int(spec["replicas"])
+        updated = int(status.get("updatedReplicas", 0))
+        have = int(status.get("availableReplicas" if kind == "Deployment" else "readyReplicas", 0))
+    if updated < want:
+        return f"{updated}/{want} updated"
+    old = int(status.get("replicas", 0)) - updated
+    if kind != "DaemonSet" and old > 0:
+        return f"{old} old replicas still running"
+    if have < want:
+        return f"{have}/{want} ready"
+    return ""
+
+
+def not_ready(states: Mapping[Ref, str]) -> str:
+    """`Deployment gridloop-system/gridloop-health (0/1 ready), ...`"""
+    return ", ".join(f"{ref.label()} ({why})" for ref, why in states.items() if why)
+
+
+def serving(slices: list[Mapping[str, Any]]) -> bool:
+    """A Service's EndpointSlices hold at least one ready endpoint."""
+    return any(
+        (endpoint.get("conditions") or {}).get("ready", True)
+        for s in slices
+        for endpoint in s.get("endpoints") or []
+    )

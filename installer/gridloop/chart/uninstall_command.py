@@ -1,0 +1,169 @@
+"""`gridloop uninstall`: remove the release's workloads, keep CRDs and what users made.
+
+`helm uninstall` deletes what the release rendered (its Deployments, RBAC, its own
+ClusterQueues ...) and keeps the CRDs, which Helm never deletes, with every object of
+their kinds. `--purge` then deletes the CRDs gridloop applied, after a confirmation
+(`--yes` for scripts), and only when no custom resource outside the release is left
+(`--force` deletes them too). Every refusal comes before anything is deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.chart import (
+    commands,
+    connecting,
+    exits,
+    installing,
+    objects,
+    purging,
+    readiness,
+    releases,
+)
+from gridloop.chart.connecting import get
+from gridloop.chart.diagnosis import Existing
+from gridloop.errors import ClusterError
+
+if TYPE_CHECKING:
+    from gridloop.chart.commands import Sub
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+POLL = 0.5
+
+
+def register(sub: Sub) -> None:
+    p = commands.cluster_command(
+        sub,
+        "uninstall",
+        "remove gridloop's workloads; keep CRDs and custom resources (unless --purge)",
+        "`helm uninstall` the release: its workloads and its own objects go, "
+        "the CRDs and every custom resource users made stay. --purge also deletes the CRDs "
+        "gridloop applied, after confirmation, and refuses while custom resources outside "
+        "the release exist unless --force.",
+    )
+    commands.release_flags(p)
+    p.add_argument("--purge", action="store_true", help="also delete gridloop's CRDs")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask before --purge")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --purge: delete the CRDs even while custom resources of theirs exist",
+    )
+    p.add_argument(
+        "--timeout",
+        default=commands.DEFAULT_TIMEOUT,
+        help=f"how long to wait for deletions (default {commands.DEFAULT_TIMEOUT})",
+    )
+    p.set_defaults(func=cmd_uninstall)
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    commands.check_release(args)
+    where = commands.target(args)
+    api = connecting.api_client(where)
+    release, namespace = args.release, args.namespace
+    crds = purging.gridloops(_crd_managers(api), installing.FIELD_MANAGER)
+    left = purging.others(_custom_resources(api, crds), release, namespace)
+    if args.purge:
+        refused = purging.refusal(crds, left, args.force, confirmed=True)
+        if not refused and not args.yes:
+            refused = purging.refusal(crds, left, args.force, _ask(len(crds), len(left)))
+        if refused:
+            raise exits.Refused(refused)
+
+    existing = releases.latest(api, release, namespace)
+    if existing is None:
+        print(f"  - release {release} is not installed in {namespace}: nothing to uninstall")
+    else:
+        installing.uninstall(release, namespace, where)
+        print(f"  ✓ release {release} uninstalled (revision {existing.revision}, {namespace})")
+    if args.purge:
+        _delete_crds(api, crds, readiness.seconds(where.timeout))
+        forced = f", with {len(left)} custom resources" if left else ""
+        print(f"  ✓ CRDs       {len(crds)} deleted{forced}")
+    else:
+        print(
+            f"  ✓ kept       {len(crds)} CRDs and {len(left)} custom resources not from the "
+            "release (gridloop uninstall --purge deletes the CRDs)"
+        )
+    print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _ask(crds: int, left: int) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    extra = f" and {left} custom resources made outside the release" if left else ""
+    answer = input(f"delete {crds} CRDs{extra}? every object of their kinds goes too. [yes/N] ")
+    return answer.strip().lower() == "yes"
+
+
+def _crd_managers(api: client.ApiClient) -> dict[str, list[str]]:
+    listed = _metadata_list(api, CRDS)
+    return {
+        item["metadata"]["name"]: [
+            m.get("manager", "") for m in item["metadata"].get("managedFields") or []
+        ]
+        for item in listed
+    }
+
+
+def _metadata_list(api: client.ApiClient, path: str) -> list[dict[str, Any]]:
+    try:
+        return connecting.metadata_list(api, path)
+    except ApiException as err:
+        raise ClusterError(f"listing {path}: {connecting.status_of(err)}") from err
+
+
+def _custom_resources(api: client.ApiClient, crds: list[str]) -> list[Existing]:
+    out = []
+    for name in crds:
+        crd = get(api, f"{CRDS}/{name}")
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+        path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+        for item in _metadata_list(api, path):
+            metadata = item["metadata"]
+            annotations = metadata.get("annotations") or {}
+            out.append(
+                Existing(
+                    spec["names"]["kind"],
+                    metadata.get("namespace", ""),
+                    metadata["name"],
+                    annotations.get(objects.RELEASE_NAME, ""),
+                    annotations.get(objects.RELEASE_NAMESPACE, ""),
+                )
+            )
+    return out
+
+
+def _delete_crds(api: client.ApiClient, crds: list[str], timeout: float) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for name in crds:
+
+        def delete(crd: str = name) -> object:
+            return ext.delete_custom_resource_definition(crd)
+
+        try:
+            connecting.reached(api, delete)
+        except ApiException as err:
+            if err.status != 404:
+                raise ClusterError(f"deleting CRD {name}: {connecting.status_of(err)}") from err
+    deadline = time.monotonic() + timeout
+    while True:
+        left = sorted(set(crds) & set(_crd_managers(api)))
+        if not left:
+            return
+        if time.monotonic() >= deadline:
+            raise exits.NotReady(
+                f"CRDs still being deleted after {timeout:.0f}s: {', '.join(left)}"
+            )
+        time.sleep(POLL)

@@ -1,0 +1,97 @@
+"""Wait until the release's workloads are ready, or webhooks' Services serve, with progress.
+
+Reads only (Deployments, DaemonSets, StatefulSets, EndpointSlices), polled every
+POLL seconds until a deadline. On a terminal the wait shows a progress bar
+(rich.progress: already installed as Textual's renderer, it redraws one line and
+stays silent when the output is not a terminal); elsewhere it prints nothing until
+it ends. The rules of readiness are in readiness.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.chart import readiness
+from gridloop.chart.connecting import get
+from gridloop.chart.exits import NotReady
+from gridloop.chart.objects import Ref
+
+POLL = 1.0  # seconds between reads
+PLURAL = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
+
+Tick = Callable[[int], None]
+
+
+@contextmanager
+def progress(what: str, total: int) -> Iterator[Tick]:
+    """A progress bar on a terminal, nothing elsewhere; yields `tick(done)`."""
+    if not sys.stdout.isatty() or total == 0:
+        yield lambda _done: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        f"  … {what}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True
+    ) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def _read(api: client.ApiClient, ref: Ref) -> dict[str, Any] | None:
+    path = f"/apis/apps/v1/namespaces/{ref.namespace}/{PLURAL[ref.kind]}/{ref.name}"
+    try:
+        found: dict[str, Any] = get(api, path)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return found
+
+
+def workloads(api: client.ApiClient, refs: Sequence[Ref], timeout: float) -> None:
+    """Return once every workload is ready; NotReady naming the rest at the deadline."""
+    deadline = time.monotonic() + timeout
+    with progress("waiting for workloads to be ready", len(refs)) as tick:
+        while True:
+            states = {ref: readiness.state(ref.kind, _read(api, ref)) for ref in refs}
+            tick(sum(1 for why in states.values() if not why))
+            if not any(states.values()):
+                return
+            if time.monotonic() >= deadline:
+                raise NotReady(f"not ready after {timeout:.0f}s: {readiness.not_ready(states)}")
+            time.sleep(POLL)
+
+
+def services(api: client.ApiClient, services: Sequence[tuple[str, str]], timeout: float) -> None:
+    """Return once every (namespace, name) Service has a ready endpoint."""
+    deadline = time.monotonic() + timeout
+    with progress("waiting for webhook endpoints", len(services)) as tick:
+        while True:
+            left = [
+                (ns, name)
+                for ns, name in services
+                if not readiness.serving(
+                    get(
+                        api,
+                        f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+                        {"labelSelector": f"kubernetes.io/service-name={name}"},
+                    ).get("items")
+                    or []
+                )
+            ]
+            tick(len(services) - len(left))
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                named = ", ".join(f"Service {ns}/{name}" for ns, name in left)
+                raise NotReady(
+                    f"webhooks not serving after {timeout:.0f}s: no ready endpoint for {named}"
+                )
+            time.sleep(POLL)

@@ -1,0 +1,227 @@
+"""doctor's decisions, table-driven on plain data: what a cluster looks like in, checks out."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gridloop.chart import checks
+from gridloop.chart.diagnosis import (
+    Check,
+    Existing,
+    Node,
+    Observed,
+    Planned,
+    Release,
+    Status,
+    Workload,
+)
+
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gridloop.io/pool": "h100"}
+GPU_NODE = Node("gpu-0", H100, gpus=8)
+LOCAL_KUEUE_HOOKS = (
+    "kueue-mutating-webhook-configuration",
+    "kueue-validating-webhook-configuration",
+)
+
+HEALTHY = Observed(
+    server_version="v1.35.4",
+    denied=(),
+    nodes=(GPU_NODE, Node("cpu-0", {}, gpus=0)),
+    runtime_classes={},
+    workloads=(),
+    webhooks=(),
+    crds=frozenset(),
+    existing=(),
+    namespace_phase="Active",
+)
+LOCAL = Planned(
+    release="gridloop",
+    namespace="gridloop-system",
+    enabled={"kueue": False, "kuberay": True, "kaito": False, "dcgmExporter": False},
+    pinned={"kueue": "v0.17.1", "kuberay": "v1.5.0", "kaito": "v0.10.0"},
+    kinds=frozenset({"Deployment", "ClusterQueue", "ResourceFlavor", "LocalQueue"}),
+    flavors={"us-east-h100": {"gridloop.io/pool": "h100"}},
+)
+
+
+def check(name: str, observed: Observed = HEALTHY, planned: Planned = LOCAL) -> Check:
+    (found,) = [c for c in checks.evaluate(observed, planned) if c.name == name]
+    return found
+
+
+def test_a_healthy_cluster_passes_every_check_but_the_controllerless_kueue_objects() -> None:
+    found = checks.evaluate(HEALTHY, LOCAL)
+
+    assert not checks.failed(found)
+    assert [c.name for c in found if c.status is Status.WARN] == ["kueue"]
+    assert (
+        "nothing acts on the ClusterQueue, LocalQueue, ResourceFlavor objects"
+        in check("kueue").detail
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "status", "words"),
+    [
+        ("v1.29.9", Status.FAIL, "older than v1.30.0"),
+        ("v1.30.0", Status.PASS, "supported"),
+        ("v1.35.4-gke.100", Status.PASS, "supported"),
+        ("v1.37.0", Status.WARN, "newer than v1.35.4"),
+        ("banana", Status.WARN, "cannot read the server version"),
+    ],
+)
+def test_the_kubernetes_version_must_be_supported(version: str, status: Status, words: str):
+    found = check("kubernetes-version", dataclasses.replace(HEALTHY, server_version=version))
+
+    assert found.status is status
+    assert words in found.detail
+    assert bool(found.fix) == (status is not Status.PASS)
+
+
+def test_missing_permissions_fail_and_name_the_first_few() -> None:
+    denied = tuple(f"create thing{i}" for i in range(6))
+
+    found = check("permissions", dataclasses.replace(HEALTHY, denied=denied))
+
+    assert found.status is Status.FAIL
+    assert "missing 6 permissions" in found.detail and "(+2 more)" in found.detail
+    assert found.items == denied
+    assert "cluster admin" in found.fix
+
+
+def test_a_cluster_without_gpu_nodes_fails_with_a_fix() -> None:
+    found = check("gpu-nodes", dataclasses.replace(HEALTHY, nodes=(Node("cpu-0", {}, 0),)))
+
+    assert found.status is Status.FAIL
+    assert found.detail == "no node offers nvidia.com/gpu (1 nodes)"
+    assert "device plugin" in found.fix
+
+
+def test_what_could_not_be_read_is_a_warning_naming_the_refusal() -> None:
+    unread = dataclasses.replace(HEALTHY, nodes=None, refused={"nodes": "forbidden"})
+
+    found = check("gpu-nodes", unread)
+
+    assert found.status is Status.WARN
+    assert found.detail == "could not check: reading nodes failed (forbidden)"
+
+
+def test_gpu_nodes_without_the_product_label_or_flavors_without_nodes_warn() -> None:
+    bare = dataclasses.replace(HEALTHY, nodes=(Node("gpu-0", {}, 8),))
+    elsewhere = dataclasses.replace(LOCAL, flavors={"eu-a100": {"gridloop.io/pool": "a100"}})
+
+    assert "no nvidia.com/gpu.product label: gpu-0" in check("gpu-labels", bare).detail
+    assert "eu-a100 (gridloop.io/pool=a100)" in check("gpu-labels", planned=elsewhere).detail
+    assert check("gpu-labels").status is Status.PASS
+
+
+def test_a_runtime_class_with_another_handler_fails_the_install() -> None:
+    sandboxes = dataclasses.replace(LOCAL, runtime_classes={"gvisor": "runsc"})
+    clash = dataclasses.replace(HEALTHY, runtime_classes={"gvisor": "gvisor-handler"})
+    ready = dataclasses.replace(
+        HEALTHY, nodes=(dataclasses.replace(GPU_NODE, runtime_handlers=("runc", "runsc")),)
+    )
+
+    assert check("runtime-classes", clash, sandboxes).status is Status.FAIL
+    assert check("runtime-classes", HEALTHY, sandboxes).status is Status.WARN  # unknown
+    assert check("runtime-classes", ready, sandboxes).status is Status.PASS
+    assert check("runtime-classes").detail.endswith("(sandboxes off)")
+
+
+KUEUE_ELSEWHERE = Workload(
+    "kueue-system", "kueue-controller-manager", ("registry.k8s.io/kueue/kueue:v0.16.2",)
+)
+
+
+@pytest.mark.parametrize(
+    ("workloads", "webhooks", "kueue_on", "status", "words"),
+    [
+        pytest.param((KUEUE_ELSEWHERE,), (), True, Status.FAIL, "two controllers", id="clash"),
+        pytest.param((KUEUE_ELSEWHERE,), (), False, Status.WARN, "v0.17.1's CRDs", id="older"),
+        pytest.param((), LOCAL_KUEUE_HOOKS, False, Status.PASS, "leaves it alone", id="local"),
+        pytest.param((), (), True, Status.PASS, "installed by this chart", id="ours"),
+    ],
+)
+def test_an_existing_kueue_is_a_clash_only_when_the_chart_brings_its_own(
+    workloads, webhooks, kueue_on: bool, status: Status, words: str
+) -> None:
+    observed = dataclasses.replace(HEALTHY, workloads=workloads, webhooks=webhooks)
+    planned = dataclasses.replace(LOCAL, enabled={**LOCAL.enabled, "kueue": kueue_on})
+
+    found = check("kueue", observed, planned)
+
+    assert found.status is status
+    assert words in found.detail
+
+
+def test_the_chart_may_adopt_its_own_kuberay_but_not_someone_elses() -> None:
+    ours = Workload("default", "kuberay-operator", (), "gridloop", "gridloop-system")
+    theirs = dataclasses.replace(ours, release="ray", release_namespace="ray")
+
+    assert check("kuberay", dataclasses.replace(HEALTHY, workloads=(ours,))).status is Status.PASS
+    found = check("kuberay", dataclasses.replace(HEALTHY, workloads=(theirs,)))
+    assert found.status is Status.FAIL
+    assert found.fix == "set kuberay.enabled=false to use that one, or uninstall it first"
+
+
+def test_a_gpu_operator_with_the_charts_dcgm_exporter_warns_of_two_exporters() -> None:
+    operator = Workload("gpu-operator", "gpu-operator", ("nvcr.io/nvidia/gpu-operator:v25.3.0",))
+    observed = dataclasses.replace(HEALTHY, workloads=(operator,))
+    exporting = dataclasses.replace(LOCAL, enabled={**LOCAL.enabled, "dcgmExporter": True})
+
+    assert check("gpu-operator", observed).status is Status.PASS
+    found = check("gpu-operator", observed, exporting)
+    assert found.status is Status.WARN
+    assert found.fix == "set dcgmExporter.enabled=false"
+
+
+def test_monitoring_objects_without_the_prometheus_operator_fail() -> None:
+    monitoring = dataclasses.replace(LOCAL, kinds=LOCAL.kinds | {"ServiceMonitor"})
+    with_crds = dataclasses.replace(
+        HEALTHY, crds=frozenset({"servicemonitors.monitoring.coreos.com"})
+    )
+
+    found = check("prometheus-operator", HEALTHY, monitoring)
+    assert found.status is Status.FAIL
+    assert "monitoring.enabled=false" in found.fix
+    assert check("prometheus-operator", with_crds, monitoring).status is Status.PASS
+
+
+def test_a_name_owned_by_another_release_or_nobody_fails_and_says_whose() -> None:
+    other = Existing("ConfigMap", "gridloop-system", "gridloop-health", "old", "legacy")
+    nobody = Existing("ClusterRole", "", "gridloop-health")
+    mine = Existing("Deployment", "gridloop-system", "x", "gridloop", "gridloop-system")
+
+    taken = check("free-names", dataclasses.replace(HEALTHY, existing=(other, mine)))
+    adopt = check("free-names", dataclasses.replace(HEALTHY, existing=(nobody,)))
+
+    assert taken.status is Status.FAIL
+    assert "ConfigMap gridloop-system/gridloop-health (release old)" in taken.detail
+    assert taken.fix == "uninstall release old (namespace legacy), or choose another --release"
+    assert adopt.status is Status.FAIL and "meta.helm.sh/release-name" in adopt.fix
+    assert check("free-names", dataclasses.replace(HEALTHY, existing=(mine,))).status is (
+        Status.PASS
+    )
+
+
+def test_a_pending_release_warns_and_a_terminating_namespace_fails() -> None:
+    pending = dataclasses.replace(HEALTHY, release=Release(3, "pending-upgrade"))
+    terminating = dataclasses.replace(HEALTHY, namespace_phase="Terminating")
+
+    assert check("release", pending).status is Status.WARN
+    assert "rolls forward" in check("release", pending).fix
+    assert check("namespace", terminating).status is Status.FAIL
+    assert check("namespace", dataclasses.replace(HEALTHY, namespace_phase=None)).detail == (
+        "gridloop-system does not exist yet: created"
+    )
+
+
+def test_summary_counts_each_status_and_json_keeps_the_whole_list() -> None:
+    found = checks.evaluate(dataclasses.replace(HEALTHY, denied=("create a", "create b")), LOCAL)
+
+    assert checks.summary(found) == f"{len(found) - 2} pass, 1 warn, 1 fail"
+    (permissions,) = [c.as_dict() for c in found if c.name == "permissions"]
+    assert permissions["status"] == "fail"
+    assert permissions["items"] == ["create a", "create b"]
