@@ -20,10 +20,15 @@ $(STAMP): pyproject.toml
 build: setup
 	$(BIN)/gridloop local build
 
-# start the local cluster with the default simulated GPU fleet, and show it
+# start the local cluster with the default simulated GPU fleet, install the bundle on it
+# (KAITO, agent-sandbox and the DCGM exporter cannot be downloaded here: left out), and
+# show the fleet, its queues and the health service's work once (`gridloop status` is the
+# live view)
 demo: build
 	$(BIN)/gridloop local up
-	$(BIN)/gridloop local status
+	$(BIN)/gridloop bundle --skip kaito --skip agent-sandbox --skip dcgm-exporter
+	$(BIN)/gridloop install --profile local --wait
+	$(BIN)/gridloop status --once --all
 
 down: setup
 	$(BIN)/gridloop local down

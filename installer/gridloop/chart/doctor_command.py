@@ -11,7 +11,15 @@ import yaml
 from kubernetes import client
 
 from gridloop import versions
-from gridloop.chart import checks, commands, connecting, doctoring, exits, planning
+from gridloop.chart import (
+    checks,
+    commands,
+    connecting,
+    doctoring,
+    exits,
+    local_fleet,
+    planning,
+)
 from gridloop.chart.commands import Prepared
 from gridloop.chart.diagnosis import Check, Status
 
@@ -56,8 +64,10 @@ def diagnose(prepared: Prepared, api: client.ApiClient) -> list[Check]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    prepared = commands.prepare(commands.request(args))
+    req = commands.request(args)
     where = commands.target(args)
+    req, _ = local_fleet.with_local_fleet(req, where.kubeconfig)
+    prepared = commands.prepare(req)
     api = connecting.api_client(where)
     found = diagnose(prepared, api)
     if args.output == "json":

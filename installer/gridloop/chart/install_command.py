@@ -20,6 +20,7 @@ from gridloop.chart import (
     connecting,
     doctor_command,
     installing,
+    local_fleet,
     objects,
     readiness,
     records,
@@ -37,6 +38,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     start = time.monotonic()
     req = commands.request(args)
     where = commands.target(args)
+    req, fleet = local_fleet.with_local_fleet(req, where.kubeconfig)
     verb = "upgrading" if args.must_exist else "installing"
     chart = charting.read(req.chart)
     profile = f", profile {args.profile}" if args.profile else ""
@@ -46,6 +48,8 @@ def cmd_install(args: argparse.Namespace) -> int:
         f"(chart {chart.version}{profile}; kubeconfig {where.kubeconfig}{context})",
         flush=True,
     )
+    if fleet is not None:
+        step("fleet", f"the local cluster's, from {fleet} (values name none)")
     prepared = commands.prepare(req)
     rendered = prepared.rendered
     size = records.estimate(req.chart, rendered.manifest)
@@ -160,7 +164,7 @@ def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool
                 return False
             raise
         wanted = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
-        if not objects.contains(live, wanted):
+        if not objects.contains(objects.as_configured(live), wanted):
             return False
     return True
 

@@ -26,6 +26,10 @@ from typing import Any
 
 import yaml
 
+from gridloop.health.queues import CONFIGURED
+
+GPU = "nvidia.com/gpu"
+
 Doc = dict[str, Any]
 
 CRD = "CustomResourceDefinition"
@@ -113,6 +117,34 @@ def contains(live: Any, wanted: Any) -> bool:
             and all(contains(a, b) for a, b in zip(live, wanted, strict=True))
         )
     return _same(live, wanted)
+
+
+def as_configured(live: Doc) -> Doc:
+    """A ClusterQueue as the chart configured it: GPU quotas the health service lowered
+    (its record `quota.gridloop.io/configured`, {flavor: {"configured": N, "set": M}},
+    docs/queues.md) read as their configured value while the live quota is still the
+    one it set. Anything else is returned as it is. A re-run of the install then sees
+    a queue whose GPUs are out for health reasons as up to date, instead of raising the
+    quota for the health service to lower it again a second later."""
+    notes = (live.get("metadata") or {}).get("annotations") or {}
+    try:
+        record = json.loads(notes.get(CONFIGURED, ""))
+    except ValueError:
+        return live
+    if live.get("kind") != "ClusterQueue" or not isinstance(record, dict):
+        return live
+    view = copy.deepcopy(live)
+    for group in (view.get("spec") or {}).get("resourceGroups") or ():
+        for flavor in group.get("flavors") or ():
+            mine = record.get(flavor.get("name"))
+            if not isinstance(mine, dict):
+                continue
+            for res in flavor.get("resources") or ():
+                quota = res.get("nominalQuota")
+                if res.get("name") == GPU and str(quota) == str(mine.get("set")):
+                    configured = mine.get("configured")
+                    res["nominalQuota"] = str(configured) if isinstance(quota, str) else configured
+    return view
 
 
 def crd_kinds(crds: Iterable[Doc]) -> dict[str, tuple[str, str, bool]]:
