@@ -546,7 +546,7 @@ class StatusApp(App[None]):
 
 
 def screenshot(
-    app: StatusApp, path: Path, size: tuple[int, int] = (160, 36), timeout: float = 60.0
+    app: StatusApp, path: Path, size: tuple[int, int] = (210, 36), timeout: float = 60.0
 ) -> None:
     """Run `app` headless until its first data is drawn, and save the screen as SVG."""
 
