@@ -76,7 +76,9 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
     def say(**kw: object) -> None:
         print(json.dumps(kw), flush=True)
 
-    collector = Collector(Source(kubeconfig, prometheus_url=prometheus)).start(wait=60)
+    collector = Collector(Source(kubeconfig, prometheus_url=prometheus)).start(
+        wait=60, interval=1.0
+    )
     app = StatusApp(collector.snapshot, interval=1.0)
 
     async def run() -> None:
@@ -85,9 +87,15 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
                 await pilot.pause(0.01)
             now = time.time() - time.monotonic()  # monotonic -> wall clock
             assert app.first_frame_at is not None
+
+            def since_start(at: float | None) -> float | None:
+                return None if at is None else round(now + at - started, 3)
+
             say(
-                first_frame_s=round(now + app.first_frame_at - started, 3),
-                first_data_s=round(now + app.first_data_at - started, 3),
+                first_frame_s=since_start(app.first_frame_at),
+                first_data_s=since_start(app.first_data_at),
+                nodes_listed_s=since_start(collector.nodes.synced_at),
+                first_poll_s=since_start(collector.first_poll_at),
                 rows=len(app.shown),
             )
             for phase in ("idle", "churn"):
@@ -169,7 +177,7 @@ def main() -> None:
         try:
             state = res.state
             prometheus = f"http://127.0.0.1:{state.ports.prometheus}"
-            time.sleep(65)  # one full scrape of every exporter
+            time.sleep(120)  # two full scrapes of every exporter, and the cluster settled
             api = kube.api_client(state.kubeconfig)
             names = sorted(n.metadata.name for n in client.CoreV1Api(api).list_node().items)
             proc = subprocess.Popen(

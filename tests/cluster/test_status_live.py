@@ -51,7 +51,7 @@ def health(local_cluster, namespace, settle) -> Iterator[HealthService]:
 def collector(local_cluster, namespace: str, **kw) -> Collector:
     url = f"http://127.0.0.1:{local_cluster.state.ports.prometheus}"
     source = Source(str(local_cluster.kubeconfig), prometheus_url=url, health_namespace=namespace)
-    return Collector(dataclasses.replace(source, **kw)).start()
+    return Collector(dataclasses.replace(source, **kw)).start(interval=0.5)
 
 
 async def until(pilot, check: Callable[[], object], what: str, timeout: float = 30.0) -> None:
@@ -155,7 +155,8 @@ def test_with_prometheus_and_the_api_server_unreachable_the_ui_runs_and_says_sta
     # Prometheus away, API server there: the fleet shows, the header says what is stale
     live = collector(local_cluster, namespace, prometheus_url=f"http://127.0.0.1:{closed}")
     # both away: nothing to show, the UI still starts, says why, and quits on `q`
-    dead = Collector(Source(str(away), prometheus_url=f"http://127.0.0.1:{closed}")).start(wait=0)
+    dead = Collector(Source(str(away), prometheus_url=f"http://127.0.0.1:{closed}"))
+    dead.start(wait=0, interval=0.5)
 
     async def scenario() -> None:
         app = StatusApp(live.snapshot, interval=0.5)
@@ -166,9 +167,14 @@ def test_with_prometheus_and_the_api_server_unreachable_the_ui_runs_and_says_sta
             assert cells(app, "us-east-h100-000")["HEALTHY"] == "?"
         app = StatusApp(dead.snapshot, interval=0.5)
         async with app.run_test(size=(200, 40)) as pilot:
-            await until(pilot, lambda: app.snapshot is not None, "a first (empty) snapshot")
-            stale = str(app.query_one("#stale", Static).render())
-            assert "api:" in stale and "prometheus:" in stale
+            await until(
+                pilot,
+                lambda: (
+                    "api:" in (stale := str(app.query_one("#stale", Static).render()))
+                    and "prometheus:" in stale
+                ),
+                "STALE naming the API server and Prometheus",
+            )
             await pilot.press("q")
 
     try:

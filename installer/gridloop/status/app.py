@@ -28,7 +28,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from gridloop.errors import ClusterError
 from gridloop.status import views
-from gridloop.status.snapshot import Snapshot
+from gridloop.status.snapshot import Node, Snapshot
 
 ALIASES = {
     "fleet": "fleet",
@@ -244,6 +244,10 @@ class StatusApp(App[None]):
         self.first_frame_at: float | None = None  # monotonic: the UI is on screen
         self.first_data_at: float | None = None  # monotonic: the first data is on screen
         self.refreshes = 0
+        self._fleet_cache: tuple[tuple[Node, ...], views.Table] | None = None
+        self._rows_cache: (
+            tuple[views.Table, tuple[str, int | None, bool], tuple[views.Row, ...]] | None
+        ) = None
 
     def compose(self) -> ComposeResult:
         yield Static("gridloop status: connecting…", id="header")
@@ -320,12 +324,27 @@ class StatusApp(App[None]):
         else:
             stale.remove_class("shown")
 
-    def _rows(self) -> tuple[tuple[views.Column, ...], tuple[views.Row, ...], str]:
+    def _table(self) -> views.Table:
+        """The view's table; the fleet's is kept while the nodes are the same objects
+        (the collector hands back the same tuple when no watch event changed a node)."""
         assert self.snapshot is not None
-        table = views.table(self.snapshot, self.view)
+        if self.view != "fleet":
+            return views.table(self.snapshot, self.view)
+        nodes = self.snapshot.nodes
+        if self._fleet_cache is None or self._fleet_cache[0] is not nodes:
+            self._fleet_cache = (nodes, views.fleet(self.snapshot))
+        return self._fleet_cache[1]
+
+    def _rows(self) -> tuple[tuple[views.Column, ...], tuple[views.Row, ...], str]:
+        table = self._table()
+        how = (self.filter_text, self.sort_column, self.sort_reverse)
+        cached = self._rows_cache
+        if cached is not None and cached[0] is table and cached[1] == how:
+            return table.columns, cached[2], table.empty
         rows = views.filtered(table.rows, self.filter_text)
         if self.sort_column is not None and self.sort_column < len(table.columns):
             rows = views.sorted_rows(rows, self.sort_column, self.sort_reverse)
+        self._rows_cache = (table, how, rows)
         return table.columns, rows, table.empty
 
     def _draw_table(self) -> None:

@@ -2,9 +2,11 @@
 
 Nodes and GPU pods come from watch-backed mirrors (watching.py). ClusterQueues,
 LocalQueues, models, sandboxes, the health service's Events and its status
-ConfigMap are few and are listed on each refresh; Prometheus is asked two
-questions per refresh (which GPUs report, which exporters are up), for the whole
-fleet at once. Every source fails on its own: the last good answer stays and the
+ConfigMap are few and are listed by a poller thread every interval; it also asks
+Prometheus two questions (which GPUs report, which exporters are up), for the whole
+fleet at once. A snapshot only puts together what the watches and the latest polls
+hold, so a slow Prometheus (seconds per query on a busy one) slows the GPU columns,
+not the UI. Every source fails on its own: the last good answer stays and the
 snapshot's `problems` says what is stale and why, so the UI keeps working while
 the API server or Prometheus is away.
 """
@@ -12,9 +14,11 @@ the API server or Prometheus is away.
 from __future__ import annotations
 
 import json
+import math
 import re
+import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +51,10 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 SANDBOX = ("extensions.agents.x-k8s.io", "v1alpha1")
 OPT_OUT_LABEL = "gridloop.io/health-opt-out"
 TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refresh long
+# Prometheus is asked at most this often (seconds): DCGM samples change once per scrape
+# interval (5 s locally, 15-60 s in production), and its answers at 5,000 nodes cost
+# tens of milliseconds of CPU to read
+PROMETHEUS_EVERY = 5.0
 UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
 Readings = tuple[dict[str, int], dict[str, bool]]  # GPUs reporting, exporter up; per node
 
@@ -234,6 +242,21 @@ def event_row(obj: dict[str, Any]) -> Event:
 # --- the collector ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Polled:
+    """One round of polling: the small lists, Prometheus' two answers, what failed."""
+
+    at: float = 0.0  # monotonic; 0: no round finished yet
+    prom: Readings | None = None
+    queues: tuple[Queue, ...] = ()
+    models: tuple[Model, ...] = ()
+    sandboxes: tuple[Sandbox, ...] = ()
+    events: tuple[Event, ...] = ()
+    breaker: Breaker = field(default_factory=Breaker)
+    problems: tuple[tuple[str, str], ...] = ()
+    absent: tuple[str, ...] = ()
+
+
 class Collector:
     """Keeps the mirrors running and builds a Snapshot on demand (from a worker thread)."""
 
@@ -259,6 +282,14 @@ class Collector:
         self._fleet_key: tuple[object, ...] = ()
         self._last_prom: Readings | None = None
         self._first_wait = 0.0
+        self.interval = 2.0
+        self._prom_at = -math.inf
+        self._prom_problem: str | None = None
+        self._polled = Polled()
+        self._polled_once = threading.Event()
+        self.first_poll_at: float | None = None  # monotonic: the first round of polls done
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     @property
     def context(self) -> str:
@@ -270,51 +301,102 @@ class Collector:
         except (config.ConfigException, KeyError, TypeError):
             return ""
 
-    def start(self, wait: float = 10.0) -> Collector:
-        """Start the watches; the first snapshot waits up to `wait` s for their lists."""
+    def start(self, wait: float = 10.0, interval: float = 2.0) -> Collector:
+        """Start the watches and the poller (every `interval` s); the first snapshot waits
+        up to `wait` s for the watches' lists and the first round of polls."""
+        self.interval = interval
         self.nodes.start()
         self.pods.start()
+        threading.Thread(target=self._poll_loop, name="status-poll", daemon=True).start()
         self._first_wait = wait
         return self
 
     def stop(self) -> None:
         self.nodes.stop()
         self.pods.stop()
+        self._stop.set()
 
     def snapshot(self) -> Snapshot:
+        """What the watches and the latest polls hold, now: never waits on the network
+        (but the first call waits for the first answers)."""
         if self._first_wait:
             deadline = time.monotonic() + self._first_wait
             for mirror in (self.nodes, self.pods):
                 mirror.wait_synced(max(0.0, deadline - time.monotonic()))
+            self._polled_once.wait(max(0.0, deadline - time.monotonic()))
             self._first_wait = 0.0
-        problems: dict[str, str] = {}
-        absent: list[str] = []
-        last = self._last
+        with self._lock:
+            polled = self._polled
+        problems = dict(polled.problems)
         for mirror in (self.nodes, self.pods):
             if mirror.problem:
                 problems["api"] = mirror.problem
+        age = time.monotonic() - polled.at
+        if polled.at and age > max(3 * self.interval, 10.0):
+            problems.setdefault("polls", f"the last answers are {age:.0f}s old")
+        last = self._last
+        self._last = Snapshot(
+            taken_at=time.time(),
+            context=last.context,
+            nodes=self._fleet(polled.prom, last),
+            queues=polled.queues,
+            models=polled.models,
+            sandboxes=polled.sandboxes,
+            events=polled.events,
+            breaker=polled.breaker,
+            problems=tuple(sorted(problems.items())),
+            absent=polled.absent,
+        )
+        return self._last
 
-        prom = self._prometheus(problems)
-        nodes = self._fleet(prom, last)
+    def _poll_loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self._poll()
+            except Exception as err:  # a poller that dies would freeze every view
+                if self._stop.is_set():
+                    return
+                with self._lock:
+                    problems = (*self._polled.problems, ("polls", one_line(err, 160)))
+                    self._polled = replace(self._polled, problems=problems)
+            if not self._polled_once.is_set():
+                self.first_poll_at = time.monotonic()
+            self._polled_once.set()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
 
+    def _poll(self) -> None:
+        """One round of the small lists and the two Prometheus queries; a source that
+        fails keeps its last answer and says why."""
+        problems: dict[str, str] = {}
+        absent: list[str] = []
+        last = self._polled
+        if time.monotonic() - self._prom_at >= max(self.interval, PROMETHEUS_EVERY):
+            self._prom_at = time.monotonic()
+            prom = self._prometheus(problems)
+            self._prom_problem = problems.get("prometheus")
+        else:  # its samples change once per scrape interval: the last answer stands
+            prom = last.prom
+            if self._prom_problem:
+                problems["prometheus"] = self._prom_problem
         queues = self._guard("kueue", problems, absent, self._queues, last.queues)
         models = self._guard("inference", problems, absent, self._models, last.models)
         sandboxes = self._guard("sandboxes", problems, absent, self._sandboxes, last.sandboxes)
         events = self._guard("events", problems, absent, self._events, last.events)
         breaker = self._guard("health", problems, absent, self._breaker, last.breaker)
-        self._last = Snapshot(
-            taken_at=time.time(),
-            context=last.context,
-            nodes=nodes,
+        polled = Polled(
+            at=time.monotonic(),
+            prom=prom,
             queues=queues,
             models=models,
             sandboxes=sandboxes,
             events=events,
             breaker=breaker,
-            problems=tuple(sorted(problems.items())),
+            problems=tuple(problems.items()),
             absent=tuple(absent),
         )
-        return self._last
+        with self._lock:
+            self._polled = polled
 
     def _guard(
         self, name: str, problems: dict[str, str], absent: list[str], read: Any, last: Any

@@ -51,6 +51,7 @@ class Mirror(Generic[T]):
         self.selectors = selectors
         self.problem = "not listed yet"
         self.version = 0  # bumped on every change, so readers can tell nothing moved
+        self.synced_at: float | None = None  # monotonic: when the first list was in
         self._items: dict[str, T] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
@@ -116,11 +117,14 @@ class Mirror(Generic[T]):
                 key = object_key(obj)
                 value = None if event["type"] == "DELETED" else self.project(obj)
                 with self._lock:
+                    before = self._items.get(key)
                     if value is None:
                         self._items.pop(key, None)
                     else:
                         self._items[key] = value
-                    self.version += 1
+                    # a kubelet heartbeat changes the node, not what status shows of it
+                    if value != before:
+                        self.version += 1
             if self._stop.is_set():
                 w.stop()
         return since
@@ -131,6 +135,8 @@ class Mirror(Generic[T]):
             try:
                 since = self._list()
                 self.problem = ""
+                if not self._synced.is_set():
+                    self.synced_at = time.monotonic()
                 self._synced.set()
                 failures = 0
                 while not self._stop.is_set():
