@@ -332,7 +332,9 @@ class Collector:
             if mirror.problem:
                 problems["api"] = mirror.problem
         age = time.monotonic() - polled.at
-        if polled.at and age > max(3 * self.interval, 10.0):
+        if not polled.at:
+            problems.setdefault("polls", "no answers yet from the API server or Prometheus")
+        elif age > max(3 * self.interval, 10.0):
             problems.setdefault("polls", f"the last answers are {age:.0f}s old")
         last = self._last
         self._last = Snapshot(
@@ -358,7 +360,8 @@ class Collector:
                 if self._stop.is_set():
                     return
                 with self._lock:
-                    problems = (*self._polled.problems, ("polls", one_line(err, 160)))
+                    kept = tuple(p for p in self._polled.problems if p[0] != "polls")
+                    problems = (*kept, ("polls", one_line(err, 160)))
                     self._polled = replace(self._polled, problems=problems)
             if not self._polled_once.is_set():
                 self.first_poll_at = time.monotonic()
