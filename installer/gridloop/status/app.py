@@ -245,6 +245,7 @@ class StatusApp(App[None]):
         self.first_data_at: float | None = None  # monotonic: the first data is on screen
         self.refreshes = 0
         self._fleet_cache: tuple[tuple[Node, ...], views.Table] | None = None
+        self._row_cache: dict[int, tuple[Node, views.Row]] = {}
         self._rows_cache: (
             tuple[views.Table, tuple[str, int | None, bool], tuple[views.Row, ...]] | None
         ) = None
@@ -332,8 +333,21 @@ class StatusApp(App[None]):
             return views.table(self.snapshot, self.view)
         nodes = self.snapshot.nodes
         if self._fleet_cache is None or self._fleet_cache[0] is not nodes:
-            self._fleet_cache = (nodes, views.fleet(self.snapshot))
+            self._fleet_cache = (nodes, views.fleet(self.snapshot, self._fleet_row))
+            self._row_cache = {
+                id(n): self._row_cache[id(n)] for n in nodes if id(n) in self._row_cache
+            }
         return self._fleet_cache[1]
+
+    def _fleet_row(self, node: Node) -> views.Row:
+        """A node's row, built once per node object (the collector keeps the object while
+        nothing about the node changed)."""
+        cached = self._row_cache.get(id(node))
+        if cached is not None and cached[0] is node:
+            return cached[1]
+        row = views.fleet_row(node)
+        self._row_cache[id(node)] = (node, row)
+        return row
 
     def _rows(self) -> tuple[tuple[views.Column, ...], tuple[views.Row, ...], str]:
         table = self._table()

@@ -280,6 +280,8 @@ class Collector:
         )
         self._last = Snapshot(taken_at=time.time(), context=self.context)
         self._fleet_key: tuple[object, ...] = ()
+        # name -> (the mirror's node, its allocation and Prometheus inputs, the row built)
+        self._fleet_built: dict[str, tuple[Node, tuple[object, ...], Node]] = {}
         self._last_prom: Readings | None = None
         self._first_wait = 0.0
         self.interval = 2.0
@@ -453,7 +455,9 @@ class Collector:
         return self._last_prom
 
     def _fleet(self, prom: Readings | None, last: Snapshot) -> tuple[Node, ...]:
-        """The node rows; rebuilt only when a watch or Prometheus brought something new."""
+        """The node rows; rebuilt only when a watch or Prometheus brought something new,
+        and then only the nodes whose own inputs changed (the rest are the same objects,
+        which the UI's row cache recognises)."""
         key = (self.nodes.version, self.pods.version, id(prom))
         if key == self._fleet_key:
             return last.nodes
@@ -462,15 +466,25 @@ class Collector:
             allocated[host] = allocated.get(host, 0) + gpus
         reporting, up = prom if prom is not None else ({}, {})
         rows = []
+        built: dict[str, tuple[Node, tuple[object, ...], Node]] = {}
         for name, node in sorted(self.nodes.items().items()):
-            changes: dict[str, Any] = {}
-            if allocated.get(name):
-                changes["allocated"] = allocated[name]
+            inputs: tuple[object, ...] = (allocated.get(name, 0), prom is not None)
             if prom is not None:
-                changes["exporter_up"] = up.get(name)
-                changes["reporting"] = reporting.get(name, 0) if up.get(name) else None
-            rows.append(replace(node, **changes) if changes else node)
-        self._fleet_key = key
+                inputs += (up.get(name), reporting.get(name, 0))
+            cached = self._fleet_built.get(name)
+            if cached is not None and cached[0] is node and cached[1] == inputs:
+                row = cached[2]
+            else:
+                changes: dict[str, Any] = {}
+                if allocated.get(name):
+                    changes["allocated"] = allocated[name]
+                if prom is not None:
+                    changes["exporter_up"] = up.get(name)
+                    changes["reporting"] = reporting.get(name, 0) if up.get(name) else None
+                row = replace(node, **changes) if changes else node
+            built[name] = (node, inputs, row)
+            rows.append(row)
+        self._fleet_key, self._fleet_built = key, built
         return tuple(rows)
 
     def _queues(self) -> tuple[Queue, ...]:

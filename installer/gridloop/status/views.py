@@ -76,7 +76,45 @@ def _cordon(node: Node) -> str:
     return node.quarantined_by or "other"
 
 
-def fleet(snapshot: Snapshot) -> Table:
+FLEET_EMPTY = "no GPU nodes (label nvidia.com/gpu.present=true)"
+
+
+def fleet_row(n: Node) -> Row:
+    state, why = verdict(n)
+    healthy = n.healthy
+    cordon = _cordon(n)
+    return Row(
+        key=n.name,
+        cells=(
+            n.name,
+            n.site,
+            n.pool,
+            n.product,
+            str(n.gpus),
+            str(n.allocated),
+            _count(healthy),
+            state,
+            cordon,
+            why,
+        ),
+        sort_keys=(
+            n.name,
+            n.site,
+            n.pool,
+            n.product,
+            n.gpus,
+            n.allocated,
+            -1 if healthy is None else healthy,
+            VERDICTS.index(state),
+            cordon,
+            why,
+        ),
+        alert=state != HEALTHY,
+    )
+
+
+def fleet(snapshot: Snapshot, row: Callable[[Node], Row] = fleet_row) -> Table:
+    """The fleet view; `row` may be a cached `fleet_row` (the UI keeps one per node)."""
     columns = (
         Column("NODE"),
         Column("SITE"),
@@ -89,41 +127,8 @@ def fleet(snapshot: Snapshot) -> Table:
         Column("CORDONED BY"),
         Column("REASON"),
     )
-    rows = []
-    for n in snapshot.nodes:
-        state, why = verdict(n)
-        healthy = n.healthy
-        rows.append(
-            Row(
-                key=n.name,
-                cells=(
-                    n.name,
-                    n.site,
-                    n.pool,
-                    n.product,
-                    str(n.gpus),
-                    str(n.allocated),
-                    _count(healthy),
-                    state,
-                    _cordon(n),
-                    why,
-                ),
-                sort_keys=(
-                    n.name,
-                    n.site,
-                    n.pool,
-                    n.product,
-                    n.gpus,
-                    n.allocated,
-                    -1 if healthy is None else healthy,
-                    VERDICTS.index(state),
-                    _cordon(n),
-                    why,
-                ),
-                alert=state != HEALTHY,
-            )
-        )
-    return Table("fleet", columns, tuple(rows), "no GPU nodes (label nvidia.com/gpu.present=true)")
+    rows = tuple(row(n) for n in snapshot.nodes)
+    return Table("fleet", columns, rows, FLEET_EMPTY)
 
 
 def _quota_cell(q: Queue, attr: str) -> str:
