@@ -77,7 +77,7 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
         print(json.dumps(kw), flush=True)
 
     collector = Collector(Source(kubeconfig, prometheus_url=prometheus)).start(
-        wait=60, interval=1.0
+        wait=60, interval=1.0, quick=True
     )
     app = StatusApp(collector.snapshot, interval=1.0)
 
@@ -98,6 +98,9 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
                 first_poll_s=since_start(collector.first_poll_at),
                 rows=len(app.shown),
             )
+            while collector.prometheus_at is None:  # the GPU columns fill in later
+                await pilot.pause(0.1)
+            say(phase="prometheus", first_answer_s=since_start(collector.prometheus_at))
             for phase in ("idle", "churn"):
                 say(phase=phase, ready=True)
                 if phase == "churn":

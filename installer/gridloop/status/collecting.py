@@ -285,11 +285,13 @@ class Collector:
         self._last_prom: Readings | None = None
         self._first_wait = 0.0
         self.interval = 2.0
+        self._quick = False
         self._prom_at = -math.inf
         self._prom_problem: str | None = None
         self._polled = Polled()
         self._polled_once = threading.Event()
         self.first_poll_at: float | None = None  # monotonic: the first round of polls done
+        self.prometheus_at: float | None = None  # monotonic: Prometheus' first answers in
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -303,10 +305,13 @@ class Collector:
         except (config.ConfigException, KeyError, TypeError):
             return ""
 
-    def start(self, wait: float = 10.0, interval: float = 2.0) -> Collector:
+    def start(self, wait: float = 10.0, interval: float = 2.0, quick: bool = False) -> Collector:
         """Start the watches and the poller (every `interval` s); the first snapshot waits
-        up to `wait` s for the watches' lists and the first round of polls."""
+        up to `wait` s for the watches' lists and the first round of polls. `quick` (the
+        UI): that first round leaves Prometheus out, so a Prometheus that takes seconds
+        to answer shows as "no answer yet" instead of holding the first picture back."""
         self.interval = interval
+        self._quick = quick
         self.nodes.start()
         self.pods.start()
         threading.Thread(target=self._poll_loop, name="status-poll", daemon=True).start()
@@ -376,10 +381,16 @@ class Collector:
         problems: dict[str, str] = {}
         absent: list[str] = []
         last = self._polled
-        if time.monotonic() - self._prom_at >= max(self.interval, PROMETHEUS_EVERY):
+        if self._quick and not self._polled_once.is_set():
+            prom = None
+            if self.prom is not None:
+                problems["prometheus"] = "no answer yet"
+        elif time.monotonic() - self._prom_at >= max(self.interval, PROMETHEUS_EVERY):
             self._prom_at = time.monotonic()
             prom = self._prometheus(problems)
             self._prom_problem = problems.get("prometheus")
+            if self._prom_problem is None and self.prometheus_at is None:
+                self.prometheus_at = time.monotonic()
         else:  # its samples change once per scrape interval: the last answer stands
             prom = last.prom
             if self._prom_problem:

@@ -110,7 +110,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.screenshot is not None and not args.screenshot.parent.is_dir():
         raise UsageError(f"--screenshot {args.screenshot}: no such folder")
     source = _source(args)
-    collector = collecting.Collector(source).start(interval=args.interval)
+    collector = collecting.Collector(source).start(interval=args.interval, quick=not once)
     try:
         if once:
             from gridloop.status import printing
