@@ -48,6 +48,14 @@ class Terminal:
             time.sleep(0.2)
         pytest.fail(f"{text!r} not on the screen within {timeout:.0f}s:\n{self.screen()}")
 
+    def wait_for_gone(self, text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text not in self.screen():
+                return
+            time.sleep(0.2)
+        pytest.fail(f"{text!r} still on the screen after {timeout:.0f}s:\n{self.screen()}")
+
     def exited(self) -> bool:
         return self.run("list-panes", "-t", "t", "-F", "#{pane_dead}").strip() == "1"
 
@@ -71,7 +79,10 @@ def test_status_runs_in_a_terminal_filters_switches_views_and_quits(local_cluste
 
         term.keys("?")
         term.wait_for("gridloop status — keys")
-        term.keys("Escape", "q")
+        # `?` closes the help again (an Esc followed at once by `q` reads as Alt+q)
+        term.keys("?")
+        term.wait_for_gone("gridloop status — keys")
+        term.keys("q")
         deadline = time.monotonic() + 10
         while not term.exited() and time.monotonic() < deadline:
             time.sleep(0.2)
