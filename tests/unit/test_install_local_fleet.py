@@ -12,14 +12,15 @@ import yaml
 from gridloop.chart import objects
 from gridloop.chart.local_fleet import VALUES_FILE, with_local_fleet
 from gridloop.chart.rendering import Request
+from gridloop.local.flags import Ports
+from gridloop.local.state import State
 
 FLEET = {"apiVersion": "gridloop.io/v1alpha1", "kind": "Fleet", "sites": [{"name": "x"}]}
 
 
 def local_state(tmp: Path) -> Path:
     state = tmp / "state"
-    state.mkdir()
-    (state / "state.json").write_text("{}")
+    State(dir=state, base_port=36400, ports=Ports.from_base(36400)).save()
     (state / "fleet.yaml").write_text(yaml.safe_dump(FLEET))
     (state / "kubeconfig").write_text("")
     return state

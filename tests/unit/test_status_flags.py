@@ -23,7 +23,10 @@ current-context: x
         (["--screenshot", "shot.png"], "error: --screenshot shot.png: must end in .svg"),
         (["--screenshot", "/nope/shot.svg"], "error: --screenshot /nope/shot.svg: no such folder"),
         (["--prometheus-url", "ftp://x"], "error: --prometheus-url ftp://x: not an http://"),
-        (["--context", "nope", "--once"], "error: --context: "),
+        (
+            ["--context", "nope", "--once"],
+            "error: --context nope: not in the kubeconfig (contexts: x)",
+        ),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(flags, expected, tmp_path, gridloop):

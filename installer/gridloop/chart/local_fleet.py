@@ -11,13 +11,13 @@ A fleet given in values (-f or --set fleet...) always wins.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import yaml
 
 from gridloop.chart import locating
 from gridloop.chart.rendering import Request
+from gridloop.local import state as local_state
 
 VALUES_FILE = "chart-fleet-values.yaml"  # written in the local cluster's state folder
 
@@ -32,12 +32,9 @@ def names_fleet(request: Request) -> bool:
 
 def state_fleet(kubeconfig: str) -> Path | None:
     """The fleet file of the local cluster this kubeconfig belongs to, if it is one's."""
-    first = Path(kubeconfig.split(os.pathsep)[0])
-    state = first.parent
-    fleet = state / "fleet.yaml"
-    if first.name == "kubeconfig" and (state / "state.json").is_file() and fleet.is_file():
-        return fleet
-    return None
+    state = local_state.for_kubeconfig(kubeconfig)
+    fleet = None if state is None else state.dir / "fleet.yaml"
+    return fleet if fleet is not None and fleet.is_file() else None
 
 
 def with_local_fleet(request: Request, kubeconfig: str) -> tuple[Request, Path | None]:

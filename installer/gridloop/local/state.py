@@ -69,6 +69,14 @@ def load(dir: Path) -> State | None:
         ) from err
 
 
+def for_kubeconfig(kubeconfig: str) -> State | None:
+    """The local cluster a kubeconfig (or the first file of a $KUBECONFIG list) belongs
+    to: the state recorded beside it, when that state's kubeconfig is this file."""
+    path = Path(kubeconfig.split(os.pathsep)[0])
+    state = load(path.parent)
+    return state if state is not None and state.kubeconfig == path else None
+
+
 def _parse(dir: Path, data: dict[str, Any]) -> State:
     return State(
         dir=dir,

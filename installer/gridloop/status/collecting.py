@@ -19,20 +19,20 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gridloop.errors import UsageError, one_line
+from gridloop.chart import connecting
+from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import reading
 from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_BY, REASON
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.signals import HOST_LABELS, PRESENCE
 from gridloop.health.status import NAME as STATUS_CONFIGMAP
-from gridloop.local.state import load as load_state
+from gridloop.local import state as local_state
 from gridloop.status.snapshot import (
     Breaker,
     Event,
@@ -72,25 +72,16 @@ class Source:
 
 def local_prometheus(kubeconfig: str) -> str | None:
     """The Prometheus of a `gridloop local` cluster, when the kubeconfig is one's."""
-    path = Path(kubeconfig.split(":")[0])
-    state = load_state(path.parent) if (path.parent / "state.json").is_file() else None
-    if state is None or state.kubeconfig != path:
-        return None
-    return f"http://127.0.0.1:{state.ports.prometheus}"
+    state = local_state.for_kubeconfig(kubeconfig)
+    return None if state is None else f"http://127.0.0.1:{state.ports.prometheus}"
 
 
 def api_client(source: Source) -> client.ApiClient:
-    conf = client.Configuration()
-    try:
-        config.load_kube_config(
-            config_file=source.kubeconfig, context=source.context, client_configuration=conf
-        )
-    except config.ConfigException as err:
-        flag = "--context" if source.context else "--kubeconfig"
-        raise UsageError(f"{flag}: {one_line(err, 200)}") from err
-    conf.retries = 0  # an unreachable server is reported at once, not after retries
-    conf.connection_pool_maxsize = 8
-    return client.ApiClient(conf)
+    """The installer's client (an unknown context names the flag and lists the known
+    ones), without retries: an unreachable server shows as stale at once."""
+    api = connecting.api_client(connecting.Target(source.kubeconfig, source.context))
+    api.configuration.retries = 0
+    return api
 
 
 # --- projections: one raw object to the few fields status keeps --------------------
