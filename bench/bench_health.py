@@ -202,6 +202,24 @@ def first_fault_samples(prom: PrometheusConnect, names: set[str], since: float) 
     return out
 
 
+def scrapes_done(
+    prom: PrometheusConnect, samples: dict[str, float], since: float
+) -> dict[str, float]:
+    """When the scrape that brought each node's first fault sample had finished: the
+    sample's timestamp (the scrape's start) plus that scrape's `scrape_duration_seconds`,
+    which Prometheus records with the same timestamp. From then on a query can see it."""
+    span = int(time.time() - since) + 30
+    out: dict[str, float] = {}
+    for series in prom.custom_query(f'scrape_duration_seconds{{job="dcgm-exporter"}}[{span}s]'):
+        node = series["metric"].get("node")
+        if node in samples:
+            took = {round(float(ts), 3): float(v) for ts, v in series["values"]}
+            duration = took.get(round(samples[node], 3))
+            if duration is not None:
+                out[node] = samples[node] + duration
+    return out
+
+
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
@@ -241,6 +259,8 @@ def failure_round(
     time.sleep(1)  # the last samples are surely in Prometheus's answer by now
     samples = first_fault_samples(prom, chosen, injected - 1)
     latencies = [taints.seen[n] - samples[n] for n in names if n in taints.seen and n in samples]
+    done = scrapes_done(prom, samples, injected - 1)
+    from_done = [taints.seen[n] - done[n] for n in names if n in taints.seen and n in done]
     missing = sorted(chosen - taints.seen.keys())
     first = min(samples.values()) if samples else injected
     seen = sorted(taints.seen[n] for n in names if n in taints.seen)
@@ -262,6 +282,10 @@ def failure_round(
         "p50_s": round(statistics.median(latencies), 2) if latencies else None,
         "p99_s": round(_pct(latencies, 99), 2) if latencies else None,
         "max_s": round(max(latencies), 2) if latencies else None,
+        # the same, counted from when the scrape holding the fault had been written
+        "in_prometheus_p50_s": round(statistics.median(from_done), 2) if from_done else None,
+        "in_prometheus_p99_s": round(_pct(from_done, 99), 2) if from_done else None,
+        "scrape_s_max": round(max(d - samples[n] for n, d in done.items()), 3) if done else None,
         "inject_to_first_sample_s": round(first - injected, 2),
         "nodes_per_s": round(len(latencies) / max(last - first, 1e-3), 1),
         "peak_nodes_per_s": peak,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from gridloop.health.acting import Executor
+from gridloop.health.acting import EventSender, Executor
 from gridloop.health.actions import Acknowledge, Quarantine, Release
 from gridloop.health.listing import node_view
 from gridloop.health.observed import MANAGER, STATE_LABEL, TAINT_KEY
@@ -181,3 +181,55 @@ def test_actions_run_side_by_side_and_a_refused_one_does_not_stop_the_others(
     assert refused.detail.startswith("failed: 404 ") and missing in refused.detail
     assert refused_too.failed and refused_too.action == actions[2]
     assert TAINT_KEY in {t["key"] for t in _plain(local_cluster, gpu_node)["spec"]["taints"]}
+
+
+def _basis(node: dict, version: str | None = None) -> dict:
+    """What the node watch keeps of a node, as Executor's `basis` hands it over."""
+    meta = {"name": node["metadata"]["name"]}
+    meta["resourceVersion"] = version or node["metadata"]["resourceVersion"]
+    return {"metadata": meta, "spec": {"taints": node["spec"].get("taints") or []}}
+
+
+class _CountingReads(client.CoreV1Api):
+    def __init__(self, api):
+        super().__init__(api)
+        self.reads = 0
+
+    def read_node(self, name, **kw):
+        self.reads += 1
+        return super().read_node(name, **kw)
+
+
+@pytest.mark.parametrize(
+    ("copy", "reads"),
+    [
+        pytest.param("current", 0, id="current-copy-no-read"),
+        pytest.param("stale", 1, id="stale-copy-conflict-then-read"),
+    ],
+)
+def test_a_patch_is_built_from_the_watch_copy_and_a_stale_copy_is_read_again(
+    local_cluster, gpu_node, copy, reads
+):
+    node = _plain(local_cluster, gpu_node)
+    basis = _basis(node, version="1" if copy == "stale" else None)
+    executor = Executor(local_cluster.api, basis=lambda _name: basis)
+    executor.core = counting = _CountingReads(local_cluster.api)
+
+    [outcome] = executor.apply([_quarantine(gpu_node)])
+
+    assert outcome.applied and counting.reads == reads
+    assert TAINT_KEY in {t["key"] for t in _plain(local_cluster, gpu_node)["spec"]["taints"]}
+
+
+def test_events_sent_in_the_background_all_arrive_by_close(local_cluster, gpu_node):
+    sender = EventSender(local_cluster.core, log=lambda _m: None)
+    executor = Executor(local_cluster.api, events=sender)
+
+    [outcome] = executor.apply([_quarantine(gpu_node)])
+    sender.close()
+
+    assert outcome.applied
+    events = local_cluster.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={gpu_node},reason=GPUQuarantined"
+    ).items
+    assert [e for e in events if "xid-79" in e.message and e.source.component == MANAGER]

@@ -8,8 +8,8 @@ import time
 
 from gridloop.health.observed import NodeView
 from gridloop.health.policy import Policy, Signals
-from gridloop.health.reading import build_observed, connect, read
-from gridloop.health.signals import SLOW_FAMILIES, queries
+from gridloop.health.reading import baseline, build_observed, connect, read, with_faults
+from gridloop.health.signals import BACKGROUND_FAMILIES, SLOW_FAMILIES, queries
 
 NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
 
@@ -41,6 +41,35 @@ def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
     assert obs.gpus["b"]["GPU-b1"].ecc_dbe_increase == 2.0
     assert obs.exporter_up == {"a": True, "b": True}
     assert obs.newest_sample_age_s == 4.5
+
+
+def test_a_cycle_lays_its_fault_samples_over_the_background_baseline_without_changing_it():
+    base = baseline(
+        {
+            "present": [
+                series(NOW - 2.0, Hostname="a", UUID="GPU-a0", gpu="0"),
+                series(NOW - 3.0, Hostname="b", UUID="GPU-b0", gpu="0"),
+            ],
+            "row_remap_failure": [series(1, Hostname="b", UUID="GPU-b0")],
+            "up": [series(1, node="a"), series(0, node="b")],
+        }
+    )
+
+    obs = with_faults(base, {"xid": [series(79, Hostname="a", UUID="GPU-a0")]}, NODES, NOW + 10)
+    again = with_faults(base, {}, NODES, NOW + 10)
+
+    assert obs.gpus["a"]["GPU-a0"].xid == 79
+    assert obs.gpus["b"]["GPU-b0"].row_remap_failure  # from the background read
+    assert obs.exporter_up == {"a": True, "b": False}
+    assert obs.newest_sample_age_s == 12.0  # the baseline's age counts: it is 10 s old
+    assert again.gpus["a"]["GPU-a0"].xid == 0  # the next cycle does not see this one's fault
+
+
+def test_a_cycle_asks_only_for_fault_events_and_the_rest_in_the_background():
+    q = queries(Policy(), "dcgm-exporter")
+
+    assert set(q) - BACKGROUND_FAMILIES == {"xid", "ecc_dbe"}
+    assert {"up", "present", "row_remap_failure"} <= BACKGROUND_FAMILIES
 
 
 def test_series_of_unknown_nodes_and_without_labels_are_ignored():

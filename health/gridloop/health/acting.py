@@ -8,11 +8,16 @@ done, and that is all.
 
 Actions on different nodes are independent (plan() gives each node at most
 one), so they run on a small pool of threads: 500 quarantines at once are
-500 x (read, patch, Event) round trips, which one thread does at about 20
-nodes a second. One action failing (the API server refused it) is its own
-outcome, marked failed; the others still happen. Responses are read as plain
-JSON, not as the client's model classes, whose decoding costs more CPU than
-the request.
+500 x (patch, Event) round trips, which one thread does at about 20 nodes a
+second. A patch is built from the node watch's copy (`basis`: resourceVersion
+and taints) when there is one, so the node is read only after a conflict. One
+action failing (the API server refused it) is its own outcome, marked failed;
+the others still happen. Responses are read as plain JSON, not as the client's
+model classes, whose decoding costs more CPU than the request.
+
+The long-running service sends Events in the background (`EventSender`), as
+client-go's event recorder does: an action is done when its patch is, and a
+storm's last quarantine does not wait for the Events of the first.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from gridloop.health.observed import MANAGER
 
 BACKOFFS = (0.05, 0.1, 0.2, 0.5, 1.0)  # seconds between conflict retries
 WORKERS = 16  # concurrent node actions; the API client's connection pool is sized to match
+EVENT_WORKERS = 4  # Events sent side by side in the background (connections on top of WORKERS)
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 EVENT_REASONS = {
     Quarantine: "GPUQuarantined",
@@ -58,6 +64,26 @@ class Outcome:
     failed: bool = False  # the cluster refused it or could not be reached: nothing was done
 
 
+class EventSender:
+    """Node Events sent by a few threads of their own; `close` waits for the last."""
+
+    def __init__(self, core: client.CoreV1Api, log: Callable[[str], None] = print) -> None:
+        self.core, self.log = core, log
+        self.pool = ThreadPoolExecutor(EVENT_WORKERS, thread_name_prefix="health-events")
+
+    def send(self, node: str, reason: str, message: str) -> None:
+        self.pool.submit(self._send, node, reason, message)
+
+    def _send(self, node: str, reason: str, message: str) -> None:
+        try:
+            _node_event(self.core, node, reason, message)
+        except Exception as err:  # the action itself is done; say so and go on
+            self.log(f"event {reason} on {node} not sent: {api_error(err)}")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+
 class Executor:
     def __init__(
         self,
@@ -67,6 +93,8 @@ class Executor:
         clock: Callable[[], float] = time.time,
         workers: int = WORKERS,
         on_patched: Callable[[dict[str, Any]], None] = lambda _node: None,
+        basis: Callable[[str], dict[str, Any] | None] = lambda _name: None,
+        events: EventSender | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.dry_run = dry_run
@@ -74,6 +102,8 @@ class Executor:
         self.clock = clock
         self.workers = workers
         self.on_patched = on_patched  # gets each node as the API server returned it
+        self.basis = basis  # a node's cached resourceVersion and taints, if known
+        self.events = events  # None: each Event is sent before the action counts as done
 
     def apply(self, actions: list[Action]) -> list[Outcome]:
         """One outcome per action, in the same order."""
@@ -122,8 +152,9 @@ class Executor:
         return None
 
     def _patch_node(self, name: str, build: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        cached = self.basis(name)  # the watch's copy: the node is read only if it is stale
         for delay in (*BACKOFFS, None):
-            node = json.loads(self.core.read_node(name, _preload_content=False).data)
+            node = cached or json.loads(self.core.read_node(name, _preload_content=False).data)
             try:
                 answer = self.core.patch_node(
                     name, build(node), field_manager=MANAGER, _preload_content=False
@@ -133,7 +164,9 @@ class Executor:
             except ApiException as err:
                 if err.status != 409 or delay is None:
                     raise
-                time.sleep(delay)
+                if cached is None:  # a conflict on what was just read: someone is busy there
+                    time.sleep(delay)
+                cached = None
 
     def _drain(self, node: str) -> int:
         pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
@@ -159,8 +192,15 @@ class Executor:
         return evicted
 
     def _event(self, node: str, reason: str, message: str) -> None:
-        ref = client.V1ObjectReference(kind="Node", name=node, uid=node)
-        record_event(self.core, "default", ref, reason, message, reason == "GPUQuarantined")
+        if self.events is not None:
+            self.events.send(node, reason, message)
+        else:
+            _node_event(self.core, node, reason, message)
+
+
+def _node_event(core: client.CoreV1Api, node: str, reason: str, message: str) -> None:
+    ref = client.V1ObjectReference(kind="Node", name=node, uid=node)
+    record_event(core, "default", ref, reason, message, reason == "GPUQuarantined")
 
 
 def record_event(

@@ -22,7 +22,7 @@ from kubernetes import client, config
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
 from gridloop.health import status
-from gridloop.health.acting import WORKERS
+from gridloop.health.acting import EVENT_WORKERS, WORKERS
 from gridloop.health.policy import Policy
 from gridloop.health.policy_loading import load_policy
 
@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _api(kubeconfig: Path | None, connections: int = 0) -> client.ApiClient:
     conf = client.Configuration()
-    # one connection per concurrent node action, so none is opened and thrown away
+    # one connection per concurrent node action and Event sender, so none is opened and thrown away
     conf.connection_pool_maxsize = max(conf.connection_pool_maxsize, connections + 2)
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gridloop.health.service import HealthService
     from gridloop.health.watching import NodeCache
 
-    api = _api(args.kubeconfig, connections=args.workers)
+    api = _api(args.kubeconfig, connections=args.workers + EVENT_WORKERS)
     prom = connect(args.prometheus_url)
     metrics = Metrics()
     log = _logger()
@@ -136,6 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log=log,
         workers=args.workers,
         nodes=nodes,
+        background_events=not args.once,
     )
     if args.once:
         report = service.cycle()

@@ -90,6 +90,7 @@ PAGE = 500  # nodes per list call
 class Listed:
     views: dict[str, NodeView]
     versions: dict[str, int]  # each node's resourceVersion
+    taints: dict[str, list[dict[str, Any]]]  # each node's taints, as the API server has them
     resource_version: str  # the list's: a watch continues from here
 
 
@@ -97,6 +98,7 @@ def list_views(core: Any, opt_out_label: str) -> Listed:
     """Every GPU node as a NodeView, read a page at a time."""
     views: dict[str, NodeView] = {}
     versions: dict[str, int] = {}
+    taints: dict[str, list[dict[str, Any]]] = {}
     token = None
     while True:
         raw = core.list_node(
@@ -107,6 +109,7 @@ def list_views(core: Any, opt_out_label: str) -> Listed:
             meta = node["metadata"]
             views[meta["name"]] = node_view(node, opt_out_label)
             versions[meta["name"]] = int(meta.get("resourceVersion") or 0)
+            taints[meta["name"]] = (node.get("spec") or {}).get("taints") or []
         token = page["metadata"].get("continue")
         if not token:
-            return Listed(views, versions, str(page["metadata"]["resourceVersion"]))
+            return Listed(views, versions, taints, str(page["metadata"]["resourceVersion"]))

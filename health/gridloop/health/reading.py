@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
@@ -52,33 +52,84 @@ def _host(labels: dict[str, str], keys: tuple[str, ...] = HOST_LABELS) -> str | 
     return next((labels[k] for k in keys if labels.get(k)), None)
 
 
-def build_observed(results: dict[str, list[Sample]], nodes: dict[str, NodeView]) -> Observed:
+@dataclass(frozen=True)
+class Baseline:
+    """What the answers read once per scrape interval say, for every host: the GPUs that
+    report, with their slow and state families applied; whether each exporter is up; the
+    newest presence sample. Built once per background read (in its thread), so a cycle
+    only lays its own few fault samples over it."""
+
+    gpus: dict[str, dict[str, GpuReading]] = field(default_factory=dict)
+    exporter_up: dict[str, bool] = field(default_factory=dict)
+    newest: dict[str, float] = field(default_factory=dict)  # host -> newest sample's time
+    evaluated_at: float | None = None  # when Prometheus evaluated the presence query
+
+
+def baseline(results: dict[str, list[Sample]]) -> Baseline:
     gpus: dict[str, dict[str, GpuReading]] = {}
-    present = []
+    newest: dict[str, float] = {}
+    evaluated_at = None
     for sample in results.get("present", []):
         labels = sample.get("metric", {})
         host, uuid = _host(labels), labels.get("UUID")
-        if host in nodes and uuid:
+        if host and uuid:
             gpus.setdefault(host, {})[uuid] = GpuReading(uuid=uuid, index=labels.get("gpu", ""))
-            present.append(sample)
-    for family, (field, kind) in _FIELDS.items():
+            try:
+                at, ts = float(sample["value"][0]), float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            evaluated_at, newest[host] = at, max(ts, newest.get(host, -math.inf))
+    _apply(gpus, results)
+    exporter_up: dict[str, bool] = {}
+    for sample in results.get("up", []):
+        host = _host(sample.get("metric", {}), UP_NODE_LABELS)
+        if host:
+            exporter_up[host] = exporter_up.get(host, False) or _value(sample) == 1.0
+    return Baseline(gpus, exporter_up, newest, evaluated_at)
+
+
+def _apply(gpus: dict[str, dict[str, GpuReading]], results: dict[str, list[Sample]]) -> None:
+    """Each family's values onto the GPUs they name (known GPUs only), in place."""
+    for family, (field_name, kind) in _FIELDS.items():
         for host, uuid, reading, value in _readings(results.get(family, []), gpus):
-            gpus[host][uuid] = replace(reading, **{field: kind(value)})
+            gpus[host][uuid] = replace(reading, **{field_name: kind(value)})
     for family in sorted(NVLINK_FAMILIES):  # one answer per counter: their rates add up
         for host, uuid, reading, value in _readings(results.get(family, []), gpus):
             rate = reading.nvlink_error_rate + value
             gpus[host][uuid] = replace(reading, nvlink_error_rate=rate)
-    exporter_up: dict[str, bool] = {}
-    for sample in results.get("up", []):
-        host = _host(sample.get("metric", {}), UP_NODE_LABELS)
-        if host in nodes:
-            exporter_up[host] = exporter_up.get(host, False) or _value(sample) == 1.0
+
+
+def with_faults(
+    base: Baseline,
+    results: dict[str, list[Sample]],
+    nodes: dict[str, NodeView],
+    now: float | None = None,
+) -> Observed:
+    """The baseline for the listed nodes, with this cycle's fault samples laid over it.
+
+    `now`: the wall-clock time the newest sample's age is counted to (the baseline may be
+    older than this cycle); by default, the baseline's own evaluation time.
+    """
+    gpus = {host: readings for host, readings in base.gpus.items() if host in nodes}
+    touched = {_host(s.get("metric", {})) for answer in results.values() for s in answer}
+    for host in touched & gpus.keys():  # the baseline is shared: copy what changes
+        gpus[host] = dict(gpus[host])  # type: ignore[index]
+    _apply(gpus, results)
+    newest = max((t for host, t in base.newest.items() if host in nodes), default=None)
+    at = base.evaluated_at if now is None else now
     return Observed(
         nodes=nodes,
         gpus=gpus,
-        exporter_up=exporter_up,
-        newest_sample_age_s=_newest_age(present),
+        exporter_up={host: up for host, up in base.exporter_up.items() if host in nodes},
+        newest_sample_age_s=None if newest is None or at is None else max(0.0, at - newest),
     )
+
+
+def build_observed(
+    results: dict[str, list[Sample]], nodes: dict[str, NodeView], now: float | None = None
+) -> Observed:
+    """Every family's answers at once (the baseline and the cycle's faults alike)."""
+    return with_faults(baseline(results), {}, nodes, now)
 
 
 def _readings(
@@ -91,17 +142,6 @@ def _readings(
         reading = gpus.get(host or "", {}).get(uuid or "")
         if reading is not None and host and uuid:
             yield host, uuid, reading, _value(sample)
-
-
-def _newest_age(present: list[Sample]) -> float | None:
-    """Seconds between Prometheus's evaluation time and the freshest sample of a fleet GPU."""
-    ages = []
-    for sample in present:
-        try:
-            ages.append(float(sample["value"][0]) - float(sample["value"][1]))
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-    return max(0.0, min(ages)) if ages else None
 
 
 _QUERY_STRING = re.compile(r"\?query=\S*")
@@ -119,17 +159,23 @@ def connect(url: str) -> PrometheusConnect:
 QUERIES_AT_ONCE = 4  # a dozen queries; Prometheus answers several at once on its own cores
 
 
-EVAL_LAG_S = 1.0  # how far behind now one read looks: past any scrape still being written
+# How far behind now a read of presence and `up` looks. Prometheus commits a scrape's
+# samples (or, when it fails, their staleness markers) before that scrape's `up`: a read
+# between the two would see a down exporter's GPUs gone while its `up` still says 1.
+EVAL_LAG_S = 1.0
 
 
-def read(prom: Any, queries: dict[str, str]) -> dict[str, list[Sample]] | str:
+def read(
+    prom: Any, queries: dict[str, str], lag_s: float = EVAL_LAG_S, at_once: int = QUERIES_AT_ONCE
+) -> dict[str, list[Sample]] | str:
     """Every family's instant vector, or one line saying why Prometheus failed us.
 
-    All of one read's queries are evaluated at the same moment: the queries run side by
-    side, and an exporter going down or first scraped between two of them must not read
-    as GPUs gone from a node whose exporter is up.
+    All of one read's queries are evaluated at the same moment, `lag_s` before now: the
+    queries run side by side, and an exporter going down or first scraped between two of
+    them must not read as GPUs gone from a node whose exporter is up. Fault families alone
+    can be read at now (`lag_s=0`): a scrape's samples land in one commit.
     """
-    at = {"time": f"{time.time() - EVAL_LAG_S:.3f}"}
+    at = {"time": f"{time.time() - lag_s:.3f}"}
 
     def ask(promql: str) -> list[Sample] | Exception:
         try:
@@ -138,7 +184,7 @@ def read(prom: Any, queries: dict[str, str]) -> dict[str, list[Sample]] | str:
         except Exception as err:  # connection, HTTP and parse errors alike mean "unsure"
             return err
 
-    with ThreadPoolExecutor(QUERIES_AT_ONCE, thread_name_prefix="health-read") as pool:
+    with ThreadPoolExecutor(at_once, thread_name_prefix="health-read") as pool:
         answers = dict(zip(queries, pool.map(ask, queries.values()), strict=True))
     out: dict[str, list[Sample]] = {}
     for family, answer in answers.items():

@@ -23,7 +23,7 @@ from kubernetes import client
 from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import status
-from gridloop.health.acting import WORKERS, Executor, Outcome, record_event
+from gridloop.health.acting import WORKERS, EventSender, Executor, Outcome, record_event
 from gridloop.health.actions import Hold, TripBreaker, Warn
 from gridloop.health.leadership import Lease
 from gridloop.health.listing import list_views
@@ -31,10 +31,10 @@ from gridloop.health.metrics import Metrics
 from gridloop.health.observed import Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
-from gridloop.health.reading import build_observed, read
+from gridloop.health.reading import baseline, read, with_faults
 from gridloop.health.rebalancing import Rebalancer
 from gridloop.health.refreshing import Refresher
-from gridloop.health.signals import SLOW_FAMILIES, queries
+from gridloop.health.signals import BACKGROUND_FAMILIES, queries
 from gridloop.health.watching import NodeCache
 
 Log = Callable[[str], None]
@@ -69,6 +69,7 @@ class HealthService:
         log: Log = print,
         workers: int = WORKERS,
         nodes: NodeCache | None = None,
+        background_events: bool = False,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.prom, self.policy, self.namespace = prom, policy, namespace
@@ -80,14 +81,18 @@ class HealthService:
             clock=clock,
             workers=workers,
             on_patched=nodes.offer if nodes else lambda _node: None,
+            basis=nodes.basis if nodes else lambda _name: None,
+            events=EventSender(self.core, log) if background_events else None,
         )
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
         self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
-        slow = {f: q for f, q in self.queries.items() if f in SLOW_FAMILIES}
-        self.fast = {f: q for f, q in self.queries.items() if f not in SLOW_FAMILIES}
-        self.slow = Refresher(prom, slow, policy.scrape_interval_s, policy.stale_after_s)
+        slow = {f: q for f, q in self.queries.items() if f in BACKGROUND_FAMILIES}
+        self.fast = {f: q for f, q in self.queries.items() if f not in BACKGROUND_FAMILIES}
+        self.slow = Refresher(
+            prom, slow, policy.scrape_interval_s, policy.stale_after_s, digest=baseline
+        )
         self.rebalancer = (
             Rebalancer(api, policy, self.metrics, log) if policy.rebalance_quotas else None
         )
@@ -99,10 +104,11 @@ class HealthService:
         kept = self.slow.answers()
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
-        results = read(self.prom, self.fast)
+        results = read(self.prom, self.fast, lag_s=0.0)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
-        return build_observed({**kept, **results}, nodes)
+        # the baseline can be up to a scrape interval old: staleness counts to now
+        return with_faults(kept, results, nodes, now=time.time())
 
     def _watch_cpu(self) -> float:
         return self.nodes.cpu_s if self.nodes else 0.0
@@ -214,3 +220,5 @@ class HealthService:
                 except Exception as err:  # one bad cycle must not kill the service
                     self.log(f"cycle failed: {one_line(err)}")
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+        if self.executor.events is not None:
+            self.executor.events.close()  # the Events of the last cycle's actions go out

@@ -14,7 +14,9 @@ reads the views in memory. Expect it to be slightly stale, and make stale harmle
 - while the watch is broken (the API server restarting) the cache says so, and the
   service falls back to listing.
 
-It keeps NodeViews only, not the node objects.
+It keeps NodeViews only, not the node objects, and each node's resourceVersion and taints:
+the executor builds its patches from those (`basis`) instead of reading the node first,
+and the version makes the API server refuse a patch built from a node that changed since.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class NodeCache:
         self.log = log
         self._views: dict[str, NodeView] = {}
         self._versions: dict[str, int] = {}
+        self._taints: dict[str, list[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -79,6 +82,17 @@ class NodeCache:
         with self._lock:
             return self._views.get(name)
 
+    def basis(self, name: str) -> dict[str, Any] | None:
+        """What a node patch is built from (name, resourceVersion, taints), or None."""
+        with self._lock:
+            version, taints = self._versions.get(name), self._taints.get(name)
+        if not version or taints is None:
+            return None
+        return {
+            "metadata": {"name": name, "resourceVersion": str(version)},
+            "spec": {"taints": taints},
+        }
+
     def offer(self, node: dict[str, Any]) -> None:
         """Take this version of a node if it is newer than the one the cache has."""
         name, version = node["metadata"]["name"], _version(node)
@@ -90,8 +104,10 @@ class NodeCache:
             self._versions[name] = version
             if gpu_node:
                 self._views[name] = node_view(node, self.opt_out_label)
+                self._taints[name] = (node.get("spec") or {}).get("taints") or []
             else:
                 self._views.pop(name, None)
+                self._taints.pop(name, None)
 
     def _forget(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
@@ -99,11 +115,12 @@ class NodeCache:
             if _version(node) >= self._versions.get(name, 0):
                 self._views.pop(name, None)
                 self._versions.pop(name, None)
+                self._taints.pop(name, None)
 
     def _list(self) -> int:
         listed = list_views(self.core, self.opt_out_label)
         with self._lock:
-            self._views, self._versions = listed.views, listed.versions
+            self._views, self._versions, self._taints = listed.views, listed.versions, listed.taints
         return int(listed.resource_version)
 
     def _follow(self, since: int) -> int:
