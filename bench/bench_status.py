@@ -38,14 +38,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from kubernetes import client
-
-from gridloop.fleet import dump_fleet, generate_fleet
-from gridloop.local import cluster, kube
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_health import _set_scrape_interval
+# Nothing heavy is imported here: the child process measures first paint from its own
+# start, so it must import only what `gridloop status` imports. The parent's imports are
+# in main().
 
 BASE_PORT = 28700  # below the ephemeral port range; other benches use 28400-28600
 SIZE = (200, 50)
@@ -65,28 +62,24 @@ def _process_start() -> float:
 def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
     """Runs in a fresh process: prints one JSON line per measurement."""
     started = _process_start()
-    from textual.app import App
-    from textual.widgets import DataTable
-
-    from gridloop.status import views
+    # as `gridloop status` does: the app first, the collector on its first poll
     from gridloop.status.app import StatusApp
-    from gridloop.status.collecting import Collector, Source, node_row
-    from gridloop.status.snapshot import Snapshot
+    from gridloop.status.commands import Later
+    from gridloop.status.sources import Source
 
     def say(**kw: object) -> None:
         print(json.dumps(kw), flush=True)
 
-    collector = Collector(Source(kubeconfig, prometheus_url=prometheus)).start(
-        wait=60, interval=1.0, quick=True
-    )
-    app = StatusApp(collector.snapshot, interval=1.0)
+    later = Later(Source(kubeconfig, prometheus_url=prometheus), interval=1.0)
+    app = StatusApp(later.snapshot, interval=1.0)
 
     async def run() -> None:
         async with app.run_test(size=SIZE) as pilot:
             while app.first_data_at is None or len(app.shown) < nodes:
                 await pilot.pause(0.01)
             now = time.time() - time.monotonic()  # monotonic -> wall clock
-            assert app.first_frame_at is not None
+            assert app.first_frame_at is not None and later.collector is not None
+            collector = later.collector
 
             def since_start(at: float | None) -> float | None:
                 return None if at is None else round(now + at - started, 3)
@@ -111,7 +104,13 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
                 per = round(1000 * cpu / n, 1) if n else None
                 say(phase=phase, refreshes=n, cpu_ms_per_refresh=per, cpu_s=round(cpu, 2))
             await pilot.press("q")
-        collector.stop()
+        later.stop()
+        from textual.app import App
+        from textual.widgets import DataTable
+
+        from gridloop.status import views
+        from gridloop.status.collecting import node_row
+        from gridloop.status.snapshot import Snapshot
 
         # baseline: the plain way, each refresh lists every node again and a DataTable holds
         # every row (what a Textual table over `kubectl get nodes` would do)
@@ -137,7 +136,9 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
     asyncio.run(run())
 
 
-def churn(api: client.ApiClient, names: list[str], per_second: int, stop: threading.Event) -> int:
+def churn(api: Any, names: list[str], per_second: int, stop: threading.Event) -> int:
+    from kubernetes import client
+
     core = client.CoreV1Api(api)
     done, i = 0, 0
     while not stop.is_set():
@@ -163,6 +164,13 @@ def main() -> None:
     if args.child:
         child(*args.child, args.nodes, args.seconds)
         return
+    from kubernetes import client
+
+    from gridloop.fleet import dump_fleet, generate_fleet
+    from gridloop.local import cluster, kube
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_health import _set_scrape_interval
 
     results: dict[str, object] = {
         "machine": f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}",

@@ -7,42 +7,47 @@ Subcommands live in their own modules; this one only wires them. A
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
-from gridloop.bundle import commands as bundle_commands
-from gridloop.chart import commands as chart_commands
-from gridloop.chart import completion as completion_command
-from gridloop.chart import doctor_command, uninstall_command
-from gridloop.dashboards import commands as dashboard_commands
 from gridloop.errors import GridloopError
-from gridloop.health import commands as health_commands
-from gridloop.local import commands as local_commands
-from gridloop.sim import commands as sim_commands
-from gridloop.status import commands as status_commands
+
+# The module that registers each command. Only the one named on the command line is
+# imported (`gridloop status` starts without loading the chart, bundle or dashboard code);
+# --help, completion and a misspelt command load them all.
+COMMANDS = {
+    "local": "gridloop.local.commands",
+    "health": "gridloop.health.commands",
+    "sim": "gridloop.sim.commands",
+    "bundle": "gridloop.bundle.commands",
+    "render": "gridloop.chart.commands",
+    "install": "gridloop.chart.commands",
+    "upgrade": "gridloop.chart.commands",
+    "doctor": "gridloop.chart.doctor_command",
+    "uninstall": "gridloop.chart.uninstall_command",
+    "completion": "gridloop.chart.completion",
+    "dashboards": "gridloop.dashboards.commands",
+    "status": "gridloop.status.commands",
+}
 
 
-def make_parser() -> argparse.ArgumentParser:
+def make_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser, or only `command`'s when it is one."""
     parser = argparse.ArgumentParser(
         prog="gridloop",
         description="An open GPU platform bundle for Kubernetes.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    local_commands.register(sub)
-    health_commands.register(sub)
-    sim_commands.register(sub)
-    bundle_commands.register(sub)
-    chart_commands.register(sub)
-    doctor_command.register(sub)
-    uninstall_command.register(sub)
-    completion_command.register(sub)
-    dashboard_commands.register(sub)
-    status_commands.register(sub)
+    modules = [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
+    for module in modules:
+        importlib.import_module(module).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = make_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = make_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     try:
         result: int = args.func(args)

@@ -24,7 +24,7 @@ from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import status
 from gridloop.health.acting import WORKERS, EventSender, Executor, Outcome, record_event
-from gridloop.health.actions import Hold, TripBreaker, Warn
+from gridloop.health.actions import Hold, Quarantine, TripBreaker, Warn
 from gridloop.health.leadership import Lease
 from gridloop.health.listing import list_views
 from gridloop.health.metrics import Metrics
@@ -205,9 +205,14 @@ class HealthService:
                 )
 
     def run(self, interval_s: float, stop: threading.Event, lease: Lease | None = None) -> None:
-        """Cycle every `interval_s` until `stop` is set; act only while holding `lease`."""
+        """Cycle every `interval_s` until `stop` is set; act only while holding `lease`.
+
+        A cycle that quarantined a node is followed at once by the next: the rest of a
+        fault storm reaches Prometheus over one scrape interval, and each of its nodes
+        should wait for one read, not for a read and an interval.
+        """
         while not stop.is_set():
-            started = time.monotonic()
+            started, storm = time.monotonic(), False
             try:
                 leading = lease.hold() if lease else True
             except Exception as err:  # API server away: not leading is the safe answer
@@ -216,9 +221,13 @@ class HealthService:
             self.metrics.leader.set(1 if leading else 0)
             if leading:
                 try:
-                    self.cycle()
+                    report = self.cycle()
+                    storm = any(
+                        o.applied and isinstance(o.action, Quarantine) for o in report.outcomes
+                    )
                 except Exception as err:  # one bad cycle must not kill the service
                     self.log(f"cycle failed: {one_line(err)}")
-            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+            if not storm:
+                stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
         if self.executor.events is not None:
             self.executor.events.close()  # the Events of the last cycle's actions go out

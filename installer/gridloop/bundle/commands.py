@@ -9,8 +9,9 @@ from pathlib import Path
 
 from gridloop.bundle import bundling
 from gridloop.bundle.sources import COMPONENTS
+from gridloop.chart import locating
 
-DEFAULT_OUT = Path("dist")
+DEFAULT_OUT = locating.BUNDLE_OUT
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gridloop.bundle import charting, commands
 from gridloop.documents import DocumentProblem, read_document
 from gridloop.errors import UsageError
 from gridloop.local import paths
 
-# what `gridloop bundle` writes with its default --out, relative to where it ran
-DEFAULT_BUNDLE = commands.DEFAULT_OUT / "gridloop"
+# `gridloop bundle`'s default --out, and the chart it writes there, relative to where it ran
+BUNDLE_OUT = Path("dist")
+DEFAULT_BUNDLE = BUNDLE_OUT / "gridloop"
 PROFILES = "profiles"
 
 
@@ -28,6 +28,8 @@ def chart_folder(flag: Path | None) -> Path:
         return flag
     if (DEFAULT_BUNDLE / "Chart.yaml").is_file():
         return DEFAULT_BUNDLE
+    from gridloop.bundle import charting  # here: `gridloop status` needs only kubeconfig()
+
     if (charting.REPO_CHART / "Chart.yaml").is_file():
         return charting.REPO_CHART
     raise UsageError(

@@ -21,9 +21,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gridloop.local.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
-from gridloop.sim.workloads import vllm_pods
-
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here; nothing connects to them
@@ -299,6 +296,8 @@ def prometheus_config(
 
 
 def _workload_jobs(ports: Ports) -> list[dict[str, object]]:
+    from gridloop.sim.workloads import vllm_pods  # here: `gridloop status` reads Ports only
+
     sim = f"{LOOPBACK}:{ports.dcgm_sim}"
     return [
         {
@@ -346,6 +345,8 @@ def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[st
 
 
 def kueue_env(cert_dir: Path) -> dict[str, str]:
+    from gridloop.local.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
+
     """Where the patched build (recipes.KUEUE_PATCHES) reads its metrics and visibility
     certificates: the same loopback serving certificate as its webhooks."""
     return {KUEUE_METRICS_CERT_ENV: str(cert_dir), KUEUE_VISIBILITY_CERT_ENV: str(cert_dir)}

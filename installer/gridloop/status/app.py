@@ -261,11 +261,13 @@ class StatusApp(App[None]):
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
         self.call_after_refresh(self._first_frame)
-        self.poll()
 
     def _first_frame(self) -> None:
+        """The UI is on screen: only now start polling (the source's first call may
+        import and connect, and would otherwise hold the first paint back)."""
         if self.first_frame_at is None:
             self.first_frame_at = time.monotonic()
+            self.poll()
 
     @work(thread=True, exclusive=True, group="poll")
     def poll(self) -> None:

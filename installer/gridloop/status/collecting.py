@@ -32,7 +32,6 @@ from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.signals import HOST_LABELS, PRESENCE
 from gridloop.health.status import NAME as STATUS_CONFIGMAP
-from gridloop.local import state as local_state
 from gridloop.status.snapshot import (
     Breaker,
     Event,
@@ -43,6 +42,7 @@ from gridloop.status.snapshot import (
     Sandbox,
     Snapshot,
 )
+from gridloop.status.sources import Source, local_prometheus  # noqa: F401 (re-exported)
 from gridloop.status.watching import Mirror
 
 GPU = "nvidia.com/gpu"
@@ -57,23 +57,6 @@ TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refre
 PROMETHEUS_EVERY = 5.0
 UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
 Readings = tuple[dict[str, int], dict[str, bool]]  # GPUs reporting, exporter up; per node
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where to read from."""
-
-    kubeconfig: str
-    context: str | None = None
-    prometheus_url: str | None = None
-    health_namespace: str = "gridloop-system"
-    exporter_job: str = "dcgm-exporter"
-
-
-def local_prometheus(kubeconfig: str) -> str | None:
-    """The Prometheus of a `gridloop local` cluster, when the kubeconfig is one's."""
-    state = local_state.for_kubeconfig(kubeconfig)
-    return None if state is None else f"http://127.0.0.1:{state.ports.prometheus}"
 
 
 def api_client(source: Source) -> client.ApiClient:

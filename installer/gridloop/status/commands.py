@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gridloop.chart import locating
-from gridloop.errors import UsageError
-from gridloop.status import collecting, views
+from gridloop.errors import GridloopError, UsageError
+from gridloop.status import views
+from gridloop.status.snapshot import Snapshot
+from gridloop.status.sources import Source, local_prometheus
+
+if TYPE_CHECKING:
+    from gridloop.status.collecting import Collector
 
 DEFAULT_INTERVAL = 2.0  # seconds between refreshes, as k9s's default
 
@@ -83,14 +91,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_status)
 
 
-def _source(args: argparse.Namespace) -> collecting.Source:
+def _source(args: argparse.Namespace) -> Source:
     kubeconfig = locating.kubeconfig(args.kubeconfig)
     url = args.prometheus_url
     if url is not None and not url.startswith(("http://", "https://")):
         raise UsageError(f"--prometheus-url {url}: not an http:// or https:// URL")
     if url is None:
-        url = collecting.local_prometheus(kubeconfig)
-    return collecting.Source(
+        url = local_prometheus(kubeconfig)
+    return Source(
         kubeconfig=kubeconfig,
         context=args.context,
         prometheus_url=url,
@@ -110,6 +118,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.screenshot is not None and not args.screenshot.parent.is_dir():
         raise UsageError(f"--screenshot {args.screenshot}: no such folder")
     source = _source(args)
+    if once or args.screenshot is not None:
+        return _print(args, source, once)
+    if not sys.stdout.isatty():
+        raise UsageError("stdout is not a terminal: use --once (and --output json)")
+    from gridloop.status.app import StatusApp
+
+    later = Later(source, args.interval)
+    app = StatusApp(
+        later.snapshot,
+        view=args.view,
+        interval=args.interval,
+        act=later.act if args.allow_actions else None,
+        filter_text=args.filter,
+    )
+    later.on_error = lambda: app.call_from_thread(app.exit, 2)
+    try:
+        app.run()
+    finally:
+        later.stop()
+    if later.error is not None:
+        raise later.error
+    return 0
+
+
+def _print(args: argparse.Namespace, source: Source, once: bool) -> int:
+    from gridloop.status import collecting
+
     collector = collecting.Collector(source).start(interval=args.interval, quick=not once)
     try:
         if once:
@@ -123,24 +158,56 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 3 if snapshot.problems else 0
         from gridloop.status.app import StatusApp, screenshot
 
-        if args.screenshot is not None:
-            app = StatusApp(collector.snapshot, view=args.view, live=False, filter_text=args.filter)
-            screenshot(app, args.screenshot)
-            print(f"wrote {args.screenshot}", file=sys.stderr)
-            return 0
-        if not sys.stdout.isatty():
-            raise UsageError("stdout is not a terminal: use --once (and --output json)")
-        from gridloop.status.acting import Actions
-
-        act = Actions(collector.api, source.health_namespace) if args.allow_actions else None
-        app = StatusApp(
-            collector.snapshot,
-            view=args.view,
-            interval=args.interval,
-            act=act,
-            filter_text=args.filter,
-        )
-        app.run()
+        app = StatusApp(collector.snapshot, view=args.view, live=False, filter_text=args.filter)
+        screenshot(app, args.screenshot)
+        print(f"wrote {args.screenshot}", file=sys.stderr)
         return 0
     finally:
         collector.stop()
+
+
+class Later:
+    """The live UI's collector, started on its first use: in the UI's poll thread, once
+    the first frame is on screen. The Kubernetes client's import and set-up then come
+    after the first paint, not before it. A setup error (an unknown --context) ends the
+    UI, and the command reports it as it would have before the UI started."""
+
+    def __init__(self, source: Source, interval: float) -> None:
+        self.source, self.interval = source, interval
+        self.collector: Collector | None = None
+        self.error: GridloopError | None = None
+        self.on_error: Callable[[], None] = lambda: None
+        self._lock = threading.Lock()
+
+    def _started(self) -> Collector | None:
+        with self._lock:
+            if self.collector is None and self.error is None:
+                from gridloop.status import collecting
+
+                try:
+                    self.collector = collecting.Collector(self.source).start(
+                        interval=self.interval, quick=True
+                    )
+                except GridloopError as err:
+                    self.error = err
+                    self.on_error()
+            return self.collector
+
+    def snapshot(self) -> Snapshot:
+        collector = self._started()
+        if collector is None:
+            return Snapshot(taken_at=0.0, problems=(("api", str(self.error)),))
+        return collector.snapshot()
+
+    def act(self, action: str, node: str) -> str:
+        from gridloop.status.acting import Actions
+
+        collector = self._started()
+        if collector is None:
+            return f"not connected: {self.error}"
+        return Actions(collector.api, self.source.health_namespace)(action, node)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self.collector is not None:
+                self.collector.stop()
