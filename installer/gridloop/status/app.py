@@ -244,6 +244,8 @@ class StatusApp(App[None]):
         self.first_frame_at: float | None = None  # monotonic: the UI is on screen
         self.first_data_at: float | None = None  # monotonic: the first data is on screen
         self.refreshes = 0
+        self._header: Text | None = None  # what the header and STALE line show now
+        self._stale = ""
         self._fleet_cache: tuple[tuple[Node, ...], views.Table] | None = None
         self._row_cache: dict[int, tuple[Node, views.Row]] = {}
         self._rows_cache: (
@@ -316,13 +318,19 @@ class StatusApp(App[None]):
         if self.act is not None:
             title.append("  ·  actions allowed", style="bold red")
         title.append("\n" + views.summary(s))
-        self.query_one("#header", Static).update(title)
+        # an update lays the screen out again and redraws the table: only when it changed
+        if title != self._header:
+            self._header = title
+            self.query_one("#header", Static).update(title)
         stale = self.query_one("#stale", Static)
         problem = views.stale(s)
         if problem:
             since = f" since {time.strftime('%H:%M:%S', time.localtime(self.good_at))}"
             age = since if self.good_at else ""
-            stale.update(f"STALE{age}: {problem}")
+            line = f"STALE{age}: {problem}"
+            if line != self._stale:
+                self._stale = line
+                stale.update(line)
             stale.add_class("shown")
         else:
             stale.remove_class("shown")
@@ -414,15 +422,16 @@ class StatusApp(App[None]):
                 cells = (self._cell(row, v, c) for v, c in zip(row.cells, columns, strict=True))
                 widget.add_row(*cells, key=row.key)
         self.window = window
-        if window:
+        if window and widget.cursor_row != self.cursor - self.offset:
             widget.move_cursor(row=self.cursor - self.offset, animate=False)
         self._draw_position()
 
     def _draw_position(self) -> None:
         total = len(self.shown)
         where = f"{self.cursor + 1}/{total}" if total else "0/0"
-        self.query_one(DataTable).border_subtitle = where
-        self.sub_title = where
+        if where != self.sub_title:  # setting a border title redraws the whole table
+            self.query_one(DataTable).border_subtitle = where
+            self.sub_title = where
 
     def move(self, delta: int | None = None, to: int | None = None) -> None:
         """Move the cursor over all rows (not just the window), scrolling the window."""
