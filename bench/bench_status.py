@@ -48,20 +48,17 @@ BASE_PORT = 28700  # below the ephemeral port range; other benches use 28400-286
 SIZE = (200, 50)
 
 
-def _process_start() -> float:
-    """This process's start, wall clock, from /proc (clock ticks since boot)."""
+def _age() -> float:
+    """Seconds since this process started, from /proc: the start in clock ticks since
+    boot against /proc/uptime (both from boot, 10 ms resolution). (Boot time in
+    /proc/stat is whole seconds: an earlier version added up to a second here.)"""
     ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-    boot = next(
-        float(line.split()[1])
-        for line in Path("/proc/stat").read_text().splitlines()
-        if line.startswith("btime")
-    )
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - ticks / os.sysconf("SC_CLK_TCK")
 
 
 def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
     """Runs in a fresh process: prints one JSON line per measurement."""
-    started = _process_start()
     # as `gridloop status` does: the app first, the collector on its first poll
     from gridloop.status.app import StatusApp
     from gridloop.status.commands import Later
@@ -77,12 +74,12 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
         async with app.run_test(size=SIZE) as pilot:
             while app.first_data_at is None or len(app.shown) < nodes:
                 await pilot.pause(0.01)
-            now = time.time() - time.monotonic()  # monotonic -> wall clock
+            age, at = _age(), time.monotonic()  # the process's age at this moment
             assert app.first_frame_at is not None and later.collector is not None
             collector = later.collector
 
-            def since_start(at: float | None) -> float | None:
-                return None if at is None else round(now + at - started, 3)
+            def since_start(then: float | None) -> float | None:
+                return None if then is None else round(age - (at - then), 3)
 
             say(
                 first_frame_s=since_start(app.first_frame_at),

@@ -6,7 +6,9 @@
 
 The cycle is level-triggered: it reads the whole world each time and never
 remembers anything the cluster does not (the record is in node annotations and
-the status ConfigMap), so a restart or a failover repeats no action.
+the status ConfigMap), so a restart or a failover repeats no action. The one thing
+carried from a cycle to the next is a Prometheus read: a cycle that quarantines starts the
+next cycle's read while it acts, and in a storm the next cycle follows at once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +34,16 @@ from gridloop.health.metrics import Metrics
 from gridloop.health.observed import Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
-from gridloop.health.reading import baseline, read, with_faults
+from gridloop.health.reading import Sample, baseline, read, with_faults
 from gridloop.health.rebalancing import Rebalancer
 from gridloop.health.refreshing import Refresher
 from gridloop.health.signals import BACKGROUND_FAMILIES, queries
 from gridloop.health.watching import NodeCache
 
 Log = Callable[[str], None]
+
+
+PREFETCH_FOR_S = 2.0  # a read started longer ago than this is not used as the next cycle's
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,8 @@ class HealthService:
         self.slow = Refresher(
             prom, slow, policy.scrape_interval_s, policy.stale_after_s, digest=baseline
         )
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="health-next")
+        self._next: tuple[float, Future[dict[str, list[Sample]] | str]] | None = None
         self.rebalancer = (
             Rebalancer(api, policy, self.metrics, log) if policy.rebalance_quotas else None
         )
@@ -104,11 +112,25 @@ class HealthService:
         kept = self.slow.answers()
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
-        results = read(self.prom, self.fast, lag_s=0.0)
+        results = self._prefetched() or read(self.prom, self.fast, lag_s=0.0)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
         # the baseline can be up to a scrape interval old: staleness counts to now
         return with_faults(kept, results, nodes, now=time.time())
+
+    def _prefetch(self) -> None:
+        """Start the next cycle's read now, while this cycle acts (in a storm, the next
+        cycle follows at once: its faults are read while these nodes are patched)."""
+        self._next = (time.monotonic(), self._reader.submit(read, self.prom, self.fast, 0.0))
+
+    def _prefetched(self) -> dict[str, list[Sample]] | str | None:
+        """The read started by the last cycle, if it is recent enough to stand for now."""
+        started, future = self._next or (0.0, None)
+        self._next = None
+        if future is None:
+            return None
+        answer = future.result()
+        return answer if time.monotonic() - started < PREFETCH_FOR_S else None
 
     def _watch_cpu(self) -> float:
         return self.nodes.cpu_s if self.nodes else 0.0
@@ -122,6 +144,8 @@ class HealthService:
         breaker = saved.breaker
         actions = plan(observed, self.policy, breaker, now)
         planned_at = time.monotonic()
+        if not self.policy.dry_run and any(isinstance(a, Quarantine) for a in actions):
+            self._prefetch()
         outcomes = self.executor.apply(actions)
         phases = self.metrics.phase.labels
         phases("read").observe(read_at - start)
