@@ -4,7 +4,17 @@ differently)."""
 
 from __future__ import annotations
 
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 import pytest
+
+GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -42,3 +52,45 @@ def test_a_missing_kubeconfig_is_named(tmp_path, gridloop):
     result = gridloop("status", "--once", "--kubeconfig", str(tmp_path / "none"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: --kubeconfig {tmp_path / 'none'}: no such file"
+
+
+def test_the_live_ui_reports_a_bad_context_found_after_its_first_frame_as_one_line(tmp_path):
+    """The live UI connects only once it is on screen; an unknown context found then
+    still ends the command with the same one line and exit code as before the UI."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(KUBECONFIG)
+    primary, terminal = pty.openpty()  # stdout must be a terminal for the live UI
+    drained = threading.Thread(target=_drain, args=(primary,), daemon=True)
+    drained.start()
+    proc = subprocess.Popen(
+        [GRIDLOOP, "status", "--kubeconfig", str(config), "--context", "nope"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"},
+    )
+    os.close(terminal)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        drained.join(5)
+
+    # Textual draws on stderr; the error comes after the UI has put the screen back
+    assert proc.returncode == 2, stderr
+    *_, after_ui = stderr.rpartition("\x1b[?1049l")  # the UI leaves the alternate screen
+    assert re.sub(r"\x1b\[[0-9;?<>=$]*[A-Za-z~]", "", after_ui).strip() == (
+        "error: --context nope: not in the kubeconfig (contexts: x)"
+    )
+
+
+def _drain(fd: int) -> None:
+    """Read what the UI draws, so it never blocks on a full terminal."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:  # the last process holding the terminal closed it
+        pass
+    finally:
+        os.close(fd)

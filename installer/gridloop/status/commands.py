@@ -132,7 +132,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         act=later.act if args.allow_actions else None,
         filter_text=args.filter,
     )
-    later.on_error = lambda: app.call_from_thread(app.exit, 2)
+    later.on_error = lambda: app.call_from_thread(app.exit)
     try:
         app.run()
     finally:
