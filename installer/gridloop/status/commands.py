@@ -119,7 +119,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise UsageError(f"--screenshot {args.screenshot}: no such folder")
     source = _source(args)
     if once or args.screenshot is not None:
-        return _print(args, source, once)
+        return _headless(args, source, once)
     if not sys.stdout.isatty():
         raise UsageError("stdout is not a terminal: use --once (and --output json)")
     from gridloop.status.app import StatusApp
@@ -142,7 +142,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(args: argparse.Namespace, source: Source, once: bool) -> int:
+def _headless(args: argparse.Namespace, source: Source, once: bool) -> int:
+    """`--once` (print the data) or `--screenshot` (draw the UI once, off screen)."""
     from gridloop.status import collecting
 
     collector = collecting.Collector(source).start(interval=args.interval, quick=not once)
