@@ -278,6 +278,7 @@ def failure_round(
     return {
         "failing": len(names),
         "tainted": len(chosen & taints.seen.keys()),
+        "others_tainted": len(taints.seen.keys() - chosen),  # false positives, if any
         "missing": missing[:5],
         "p50_s": round(statistics.median(latencies), 2) if latencies else None,
         "p99_s": round(_pct(latencies, 99), 2) if latencies else None,
