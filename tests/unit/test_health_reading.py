@@ -8,10 +8,15 @@ import time
 
 from gridloop.health.observed import NodeView
 from gridloop.health.policy import Policy, Signals
-from gridloop.health.reading import baseline, build_observed, connect, read, with_faults
+from gridloop.health.reading import baseline, connect, read, with_faults
 from gridloop.health.signals import BACKGROUND_FAMILIES, SLOW_FAMILIES, queries
 
 NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
+
+
+def observed(results: dict, nodes: dict[str, NodeView]):
+    """Every family's answers at once, as if all were in the background read."""
+    return with_faults(baseline(results), {}, nodes)
 
 
 NOW = 1700000000.0  # Prometheus's evaluation time in these answers
@@ -35,7 +40,7 @@ def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
         "up": [series(1, node="a"), series(1, Hostname="b")],
     }
 
-    obs = build_observed(results, NODES)
+    obs = observed(results, NODES)
 
     assert obs.gpus["a"]["GPU-a0"].xid == 79 and obs.gpus["a"]["GPU-a0"].index == "0"
     assert obs.gpus["b"]["GPU-b1"].ecc_dbe_increase == 2.0
@@ -81,13 +86,13 @@ def test_series_of_unknown_nodes_and_without_labels_are_ignored():
         ],
         "xid": [series(79, Hostname="a", UUID="GPU-never-present")],
     }
-    obs = build_observed(results, NODES)
+    obs = observed(results, NODES)
     assert obs.gpus == {}
     assert obs.newest_sample_age_s is None
 
 
 def test_a_down_exporter_reads_as_down_and_a_missing_one_as_absent():
-    obs = build_observed({"up": [series(0, node="a")]}, NODES)
+    obs = observed({"up": [series(0, node="a")]}, NODES)
     assert obs.exporter_up == {"a": False}
 
 
@@ -118,7 +123,7 @@ def test_nvlink_counters_are_asked_one_by_one_and_their_rates_add_up_per_gpu():
         "nvlink_crc_flit": [series(1.5, **gpu)],
     }
 
-    obs = build_observed(results, NODES)
+    obs = observed(results, NODES)
 
     assert obs.gpus["a"]["GPU-a0"].nvlink_error_rate == 2.0
 

@@ -1,8 +1,9 @@
 """Turn Prometheus answers into an `Observed` (pure), and ask Prometheus (shell).
 
-`build_observed` takes the raw instant vectors of every family and the
-NodeViews from the API server; it never raises on odd data (a series without
-a host label is ignored, a non-numeric value reads as 0). `read` is the only
+`baseline` digests what is read once per scrape interval; `with_faults` lays a
+cycle's fault samples over it for the NodeViews from the API server. Neither
+raises on odd data (a series without a host label is ignored, a non-numeric
+value reads as 0). `read` is the only
 function here that talks to Prometheus: any failure becomes
 `prometheus_error`, which plan() turns into a Hold.
 """
@@ -111,9 +112,9 @@ def with_faults(
     older than this cycle); by default, the baseline's own evaluation time.
     """
     gpus = {host: readings for host, readings in base.gpus.items() if host in nodes}
-    touched = {_host(s.get("metric", {})) for answer in results.values() for s in answer}
+    touched = {_host(s.get("metric", {})) or "" for answer in results.values() for s in answer}
     for host in touched & gpus.keys():  # the baseline is shared: copy what changes
-        gpus[host] = dict(gpus[host])  # type: ignore[index]
+        gpus[host] = dict(gpus[host])
     _apply(gpus, results)
     newest = max((t for host, t in base.newest.items() if host in nodes), default=None)
     at = base.evaluated_at if now is None else now
@@ -123,13 +124,6 @@ def with_faults(
         exporter_up={host: up for host, up in base.exporter_up.items() if host in nodes},
         newest_sample_age_s=None if newest is None or at is None else max(0.0, at - newest),
     )
-
-
-def build_observed(
-    results: dict[str, list[Sample]], nodes: dict[str, NodeView], now: float | None = None
-) -> Observed:
-    """Every family's answers at once (the baseline and the cycle's faults alike)."""
-    return with_faults(baseline(results), {}, nodes, now)
 
 
 def _readings(

@@ -55,7 +55,6 @@ TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refre
 # interval (5 s locally, 15-60 s in production), and its answers at 5,000 nodes cost
 # tens of milliseconds of CPU to read
 PROMETHEUS_EVERY = 5.0
-UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
 Readings = tuple[dict[str, int], dict[str, bool]]  # GPUs reporting, exporter up; per node
 
 
@@ -218,17 +217,12 @@ def event_row(obj: dict[str, Any]) -> Event:
 
 @dataclass(frozen=True)
 class Polled:
-    """One round of polling: the small lists, Prometheus' two answers, what failed."""
+    """One round of polling: when, Prometheus' two answers, and the small lists with what
+    failed (a Snapshot without nodes, which the watches supply)."""
 
     at: float = 0.0  # monotonic; 0: no round finished yet
     prom: Readings | None = None
-    queues: tuple[Queue, ...] = ()
-    models: tuple[Model, ...] = ()
-    sandboxes: tuple[Sandbox, ...] = ()
-    events: tuple[Event, ...] = ()
-    breaker: Breaker = field(default_factory=Breaker)
-    problems: tuple[tuple[str, str], ...] = ()
-    absent: tuple[str, ...] = ()
+    lists: Snapshot = field(default_factory=lambda: Snapshot(taken_at=0.0))
 
 
 class Collector:
@@ -308,7 +302,7 @@ class Collector:
             self._first_wait = 0.0
         with self._lock:
             polled = self._polled
-        problems = dict(polled.problems)
+        problems = dict(polled.lists.problems)
         for mirror in (self.nodes, self.pods):
             if mirror.problem:
                 problems["api"] = mirror.problem
@@ -318,17 +312,12 @@ class Collector:
         elif age > max(3 * self.interval, 10.0):
             problems.setdefault("polls", f"the last answers are {age:.0f}s old")
         last = self._last
-        self._last = Snapshot(
+        self._last = replace(
+            polled.lists,
             taken_at=time.time(),
             context=last.context,
             nodes=self._fleet(polled.prom, last),
-            queues=polled.queues,
-            models=polled.models,
-            sandboxes=polled.sandboxes,
-            events=polled.events,
-            breaker=polled.breaker,
             problems=tuple(sorted(problems.items())),
-            absent=polled.absent,
         )
         return self._last
 
@@ -341,9 +330,10 @@ class Collector:
                 if self._stop.is_set():
                     return
                 with self._lock:
-                    kept = tuple(p for p in self._polled.problems if p[0] != "polls")
+                    lists = self._polled.lists
+                    kept = tuple(p for p in lists.problems if p[0] != "polls")
                     problems = (*kept, ("polls", one_line(err, 160)))
-                    self._polled = replace(self._polled, problems=problems)
+                    self._polled = replace(self._polled, lists=replace(lists, problems=problems))
             if not self._polled_once.is_set():
                 self.first_poll_at = time.monotonic()
             self._polled_once.set()
@@ -354,7 +344,7 @@ class Collector:
         fails keeps its last answer and says why."""
         problems: dict[str, str] = {}
         absent: list[str] = []
-        last = self._polled
+        last = self._polled.lists
         if self._quick and not self._polled_once.is_set():
             prom = None
             if self.prom is not None:
@@ -366,7 +356,7 @@ class Collector:
             if self._prom_problem is None and self.prometheus_at is None:
                 self.prometheus_at = time.monotonic()
         else:  # its samples change once per scrape interval: the last answer stands
-            prom = last.prom
+            prom = self._polled.prom
             if self._prom_problem:
                 problems["prometheus"] = self._prom_problem
         queues = self._guard("kueue", problems, absent, self._queues, last.queues)
@@ -374,9 +364,8 @@ class Collector:
         sandboxes = self._guard("sandboxes", problems, absent, self._sandboxes, last.sandboxes)
         events = self._guard("events", problems, absent, self._events, last.events)
         breaker = self._guard("health", problems, absent, self._breaker, last.breaker)
-        polled = Polled(
-            at=time.monotonic(),
-            prom=prom,
+        lists = Snapshot(
+            taken_at=time.time(),
             queues=queues,
             models=models,
             sandboxes=sandboxes,
@@ -385,6 +374,7 @@ class Collector:
             problems=tuple(problems.items()),
             absent=tuple(absent),
         )
+        polled = Polled(at=time.monotonic(), prom=prom, lists=lists)
         with self._lock:
             self._polled = polled
 
@@ -425,12 +415,7 @@ class Collector:
             host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
             if host:
                 reporting[host] = reporting.get(host, 0) + int(float(sample["value"][1]))
-        up: dict[str, bool] = {}
-        for sample in answers.get("up", []):
-            labels = sample.get("metric", {})
-            host = next((labels[k] for k in UP_NODE_LABELS if labels.get(k)), None)
-            if host:
-                up[host] = up.get(host, False) or float(sample["value"][1]) == 1.0
+        up = reading.baseline({"up": answers.get("up", [])}).exporter_up
         if not reporting and not up:
             problems["prometheus"] = (
                 f"no DCGM series (job {self.source.exporter_job!r}): is the exporter scraped?"
