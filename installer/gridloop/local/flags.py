@@ -9,8 +9,10 @@ cluster, and why:
   not a valid endpoint.
 - simulated nodes report 127.0.0.1 as their address and kwok's port as their
   kubelet port, so `kubectl logs` never leaves the machine.
-- the node heartbeat is slow (see stages.py) and the grace period is long to
-  match, so 5,000 simulated nodes do not saturate two cores.
+- simulated nodes post their status every 5 minutes, as kubelets do when nothing
+  changed, but renew no Lease (see stages.py); so the controller-manager's grace
+  period is 400 s, longer than that report period, not 40 s. Nothing in the
+  simulator waits for it: a failed node is made with a label, at once.
 - Kueue's listeners (webhooks, metrics, health probes, visibility server) are set
   in its config file (kueue_manifests.py), not by flags, each on its own port.
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here; nothing connects to them
-NODE_MONITOR_GRACE = "120s"
+NODE_MONITOR_GRACE = "400s"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 _OFFSETS = {

@@ -4,8 +4,13 @@ kwok does nothing without Stage objects; these say how a simulated node and a
 pod on it move through their lives:
 - node-initialize: a new node gets Ready conditions and keeps the capacity
   (GPUs included) it was created with;
-- node-heartbeat: Ready nodes refresh their conditions every 60 to 80 s
-  (the controller-manager's grace period is 120 s: see flags.py);
+- node-heartbeat: Ready nodes post their conditions every 5 to 5.5 minutes, as a
+  kubelet does when nothing changed (its nodeStatusReportFrequency). Every
+  watcher of nodes (scheduler, controller-manager, health service, `gridloop
+  status`) reads each post in full, about 5 KB: 16 a second at 5,000 nodes.
+  A kubelet also renews a node Lease every 10 s; kwok does not (leases off),
+  so the controller-manager's grace period is longer than the report period
+  (flags.py). Fail a node with the label below, not by waiting for a timeout;
 - node-not-ready: a node labelled `gridloop.io/sim-not-ready=true` reports
   Ready=False (kwok would otherwise re-initialise a hand-set Ready=False);
   remove the label and it is initialised again;
@@ -20,6 +25,7 @@ from __future__ import annotations
 import yaml
 
 NOT_READY_LABEL = "gridloop.io/sim-not-ready"
+STATUS_REPORT_MS = (300_000, 330_000)  # an unchanged node's status post: 5 min, + jitter
 DURATION_ANNOTATION = "gridloop.io/sim-duration"
 
 _READY = '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -206,7 +212,10 @@ def stages() -> list[dict[str, object]]:
             "Node",
             [healthy, _expr(".status.phase", "In", "Running"), _expr(_READY, "In", "True")],
             {"statusTemplate": _NODE_CONDITIONS},
-            delay={"durationMilliseconds": 60000, "jitterDurationMilliseconds": 80000},
+            delay={
+                "durationMilliseconds": STATUS_REPORT_MS[0],
+                "jitterDurationMilliseconds": STATUS_REPORT_MS[1],
+            },
             immediateNextStage=True,
         ),
         _stage(
@@ -252,7 +261,9 @@ def kwok_config(parallelism: int = 16) -> str:
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
         "options": {
-            # heartbeats travel in node status (stages above), not in Leases
+            # heartbeats travel in node status (stages above), not in Leases: a Lease
+            # every 10 s per node is 500 writes a second at 5,000 nodes, and holding
+            # them first slows a new fleet's start from about 50 s to about 115 s
             "nodeLeaseDurationSeconds": 0,
             "nodePlayStageParallelism": parallelism,
             "podPlayStageParallelism": parallelism,
