@@ -57,6 +57,21 @@ def _age() -> float:
     return uptime - ticks / os.sysconf("SC_CLK_TCK")
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each live thread, by name (threads of one name summed), from /proc."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        name = names.get(int(tid), "other").rstrip("_0123456789")
+        ticks = int(fields[11]) + int(fields[12])
+        out[name] = out.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
     """Runs in a fresh process: prints one JSON line per measurement."""
     # as `gridloop status` does: the app first, the collector on its first poll
@@ -91,15 +106,37 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
             while collector.prometheus_at is None:  # the GPU columns fill in later
                 await pilot.pause(0.1)
             say(phase="prometheus", first_answer_s=since_start(collector.prometheus_at))
+            # what moved in each window: node versions (a change status shows), new
+            # Prometheus answers, and rebuilds of the fleet's rows
+            moved = {"node_versions": 0, "prometheus_answers": 0, "fleet_rebuilds": 0}
+            fleet, seen = collector._fleet, {"version": collector.nodes.version, "prom": None}
+
+            def counted(prom: Any, last: Any) -> Any:
+                rows = fleet(prom, last)
+                moved["fleet_rebuilds"] += rows is not last.nodes
+                moved["prometheus_answers"] += prom is not seen["prom"]
+                moved["node_versions"] += collector.nodes.version != seen["version"]
+                seen.update(version=collector.nodes.version, prom=prom)
+                return rows
+
+            collector._fleet = counted  # type: ignore[method-assign]
             for phase in ("idle", "churn"):
                 say(phase=phase, ready=True)
                 if phase == "churn":
                     await pilot.pause(3.0)  # let the other process start patching
-                cpu0, n0 = time.process_time(), app.refreshes
+                cpu0, n0, e0 = time.process_time(), app.refreshes, collector.nodes.events
+                threads0 = _thread_cpu()
+                moved.update(dict.fromkeys(moved, 0))
                 await pilot.pause(seconds)
                 cpu, n = time.process_time() - cpu0, app.refreshes - n0
                 per = round(1000 * cpu / n, 1) if n else None
-                say(phase=phase, refreshes=n, cpu_ms_per_refresh=per, cpu_s=round(cpu, 2))
+                updates = round((collector.nodes.events - e0) / seconds, 1)
+                per_thread = {name: round(1000 * (c - threads0.get(name, 0.0)) / seconds, 1)
+                              for name, c in _thread_cpu().items()}  # fmt: skip
+                # threads that started and ended inside the window (a read's pool)
+                per_thread["ended"] = round(1000 * cpu / seconds - sum(per_thread.values()), 1)
+                say(phase=phase, refreshes=n, cpu_ms_per_refresh=per, cpu_s=round(cpu, 2),
+                    node_updates_per_s=updates, thread_ms_per_s=per_thread, **moved)  # fmt: skip
             await pilot.press("q")
         later.stop()
         from textual.app import App
@@ -131,6 +168,36 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
         say(phase="baseline", cpu_ms_per_refresh=round(1000 * min(samples), 1))
 
     asyncio.run(run())
+
+
+def _exporters(prometheus: str) -> tuple[int, int]:
+    """(exporters up, GPUs reporting) as Prometheus answers now."""
+    import urllib.parse
+    import urllib.request
+
+    def one(expr: str) -> int:
+        url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            result = json.load(resp)["data"]["result"]
+        return int(float(result[0]["value"][1])) if result else 0
+
+    return one('sum(up{job="dcgm-exporter"})'), one("count(DCGM_FI_DEV_GPU_TEMP)")
+
+
+def wait_settled(prometheus: str, nodes: int, least: float, most: float) -> float:
+    """Wait until every exporter is up and the GPU count has held for a minute (after
+    the scrape interval changes, Prometheus takes minutes to get round 5,000 exporters,
+    and the GPU columns change for thousands of rows meanwhile). Returns the wait."""
+    t0, held, last = time.monotonic(), 0.0, (-1, -1)
+    while time.monotonic() - t0 < most:
+        now = _exporters(prometheus)
+        print(f"  {time.monotonic() - t0:4.0f}s: exporters up {now[0]}, GPUs {now[1]}", flush=True)
+        held = held + 10 if now == last and now[0] == nodes else 0.0
+        last = now
+        if held >= 60 and time.monotonic() - t0 >= least:
+            return time.monotonic() - t0
+        time.sleep(10)
+    raise SystemExit(f"Prometheus did not settle in {most:.0f}s: {last} (up, GPUs)")
 
 
 def churn(api: Any, names: list[str], per_second: int, stop: threading.Event) -> int:
@@ -185,7 +252,9 @@ def main() -> None:
         try:
             state = res.state
             prometheus = f"http://127.0.0.1:{state.ports.prometheus}"
-            time.sleep(120)  # two full scrapes of every exporter, and the cluster settled
+            settled = wait_settled(prometheus, args.nodes, least=120, most=900)
+            print(f"exporters settled after {settled:.0f}s", flush=True)
+            results["settled_s"] = round(settled)
             api = kube.api_client(state.kubeconfig)
             names = sorted(n.metadata.name for n in client.CoreV1Api(api).list_node().items)
             proc = subprocess.Popen(
