@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -223,3 +224,37 @@ def test_cordon_needs_allow_actions_and_a_yes(local_cluster, namespace):
     finally:
         source.stop()
         core.patch_node(node, {"spec": {"unschedulable": None}})
+
+
+def test_a_changed_node_rebuilds_its_row_alone_and_the_rest_stay_the_same_objects(
+    local_cluster, namespace
+):
+    """A label on one node gives that node a new row; every other row is the very
+    object it was (which is what lets the UI skip them), and the fleet keeps its order."""
+    node, label = "eu-west-a100-002", f"test.gridloop.io/{namespace}"
+    source = collector(local_cluster, namespace)
+    try:
+        assert source.nodes.wait_synced(30)
+        before = source.snapshot().nodes
+        local_cluster.core.patch_node(node, {"metadata": {"labels": {label: "x"}}})
+
+        def labelled() -> tuple:
+            rows = source.snapshot().nodes
+            return rows if (label, "x") in next(n for n in rows if n.name == node).labels else ()
+
+        after = _wait(labelled, "the label in the node's row")
+        assert [n.name for n in after] == [n.name for n in before]
+        moved = [a.name for a, b in zip(after, before, strict=True) if a is not b]
+        assert moved == [node]
+    finally:
+        source.stop()
+        local_cluster.core.patch_node(node, {"metadata": {"labels": {label: None}}})
+
+
+def _wait(check: Callable[[], object], what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.1)
+    return found

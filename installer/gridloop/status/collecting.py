@@ -18,6 +18,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -250,6 +251,8 @@ class Collector:
         self._fleet_key: tuple[object, ...] = ()
         # name -> (the mirror's node, its allocation and Prometheus inputs, the row built)
         self._fleet_built: dict[str, tuple[Node, tuple[object, ...], Node]] = {}
+        self._fleet_names: list[str] = []  # the keys of _fleet_built, sorted
+        self._allocated: dict[str, int] = {}  # GPUs held by pods, per node
         self._last_prom: Readings | None = None
         self._first_wait = 0.0
         self.interval = 2.0
@@ -427,35 +430,58 @@ class Collector:
     def _fleet(self, prom: Readings | None, last: Snapshot) -> tuple[Node, ...]:
         """The node rows; rebuilt only when a watch or Prometheus brought something new,
         and then only the nodes whose own inputs changed (the rest are the same objects,
-        which the UI's row cache recognises)."""
+        which the UI's row cache recognises). When only nodes moved, only the nodes the
+        watch changed are visited."""
         key = (self.nodes.version, self.pods.version, id(prom))
         if key == self._fleet_key:
             return last.nodes
-        allocated: dict[str, int] = {}
-        for host, gpus in self.pods.items().values():
-            allocated[host] = allocated.get(host, 0) + gpus
+        nodes, changed = self.nodes.changes()
+        before = self._fleet_key or (None, None, None)
+        if changed is None or key[1:] != before[1:]:
+            if key[1] != before[1]:
+                self._allocated = {}
+                for host, gpus in self.pods.items().values():
+                    self._allocated[host] = self._allocated.get(host, 0) + gpus
+            old, self._fleet_built = self._fleet_built, {}
+            visit: Iterable[str] = nodes
+        else:  # the same pods and Prometheus answer: only the changed nodes' rows
+            old, visit = self._fleet_built, changed
+        names_moved = visit is nodes
+        for name in visit:
+            node = nodes.get(name)
+            if node is None:
+                names_moved |= self._fleet_built.pop(name, None) is not None
+                continue
+            names_moved |= name not in self._fleet_built
+            self._fleet_built[name] = self._node_row(name, node, prom, old.get(name))
+        if names_moved:
+            self._fleet_names = sorted(self._fleet_built)
+        self._fleet_key = key
+        return tuple(self._fleet_built[name][2] for name in self._fleet_names)
+
+    def _node_row(
+        self,
+        name: str,
+        node: Node,
+        prom: Readings | None,
+        cached: tuple[Node, tuple[object, ...], Node] | None,
+    ) -> tuple[Node, tuple[object, ...], Node]:
+        """(the mirror's node, its allocation and Prometheus inputs, the row built); the
+        cached row stands while the node object and its inputs are the same."""
+        allocated = self._allocated.get(name, 0)
+        inputs: tuple[object, ...] = (allocated, prom is not None)
         reporting, up = prom if prom is not None else ({}, {})
-        rows = []
-        built: dict[str, tuple[Node, tuple[object, ...], Node]] = {}
-        for name, node in sorted(self.nodes.items().items()):
-            inputs: tuple[object, ...] = (allocated.get(name, 0), prom is not None)
-            if prom is not None:
-                inputs += (up.get(name), reporting.get(name, 0))
-            cached = self._fleet_built.get(name)
-            if cached is not None and cached[0] is node and cached[1] == inputs:
-                row = cached[2]
-            else:
-                changes: dict[str, Any] = {}
-                if allocated.get(name):
-                    changes["allocated"] = allocated[name]
-                if prom is not None:
-                    changes["exporter_up"] = up.get(name)
-                    changes["reporting"] = reporting.get(name, 0) if up.get(name) else None
-                row = replace(node, **changes) if changes else node
-            built[name] = (node, inputs, row)
-            rows.append(row)
-        self._fleet_key, self._fleet_built = key, built
-        return tuple(rows)
+        if prom is not None:
+            inputs += (up.get(name), reporting.get(name, 0))
+        if cached is not None and cached[0] is node and cached[1] == inputs:
+            return cached
+        changes: dict[str, Any] = {}
+        if allocated:
+            changes["allocated"] = allocated
+        if prom is not None:
+            changes["exporter_up"] = up.get(name)
+            changes["reporting"] = reporting.get(name, 0) if up.get(name) else None
+        return (node, inputs, replace(node, **changes) if changes else node)
 
     def _queues(self) -> tuple[Queue, ...]:
         group, version = KUEUE

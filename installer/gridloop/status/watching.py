@@ -51,8 +51,10 @@ class Mirror(Generic[T]):
         self.selectors = selectors
         self.problem = "not listed yet"
         self.version = 0  # bumped on every change, so readers can tell nothing moved
+        self.events = 0  # watch events read, shown or not (a heartbeat is one)
         self.synced_at: float | None = None  # monotonic: when the first list was in
         self._items: dict[str, T] = {}
+        self._changed: set[str] | None = None  # keys changed since changes(); None: all
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -75,6 +77,13 @@ class Mirror(Generic[T]):
         with self._lock:
             return dict(self._items)
 
+    def changes(self) -> tuple[dict[str, T], set[str] | None]:
+        """The items, and the keys added, changed or removed since the last call (None
+        when every key may have: the first call, and after a list). For one reader."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+            return dict(self._items), changed
+
     def _list(self) -> str:
         items: dict[str, T] = {}
         token = None
@@ -96,6 +105,7 @@ class Mirror(Generic[T]):
                 break
         with self._lock:
             self._items = items
+            self._changed = None
             self.version += 1
         return str(page["metadata"]["resourceVersion"])
 
@@ -113,6 +123,7 @@ class Mirror(Generic[T]):
             if event["type"] == "ERROR":
                 raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
             since = obj["metadata"].get("resourceVersion") or since
+            self.events += 1
             if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                 key = object_key(obj)
                 value = None if event["type"] == "DELETED" else self.project(obj)
@@ -125,6 +136,8 @@ class Mirror(Generic[T]):
                     # a kubelet heartbeat changes the node, not what status shows of it
                     if value != before:
                         self.version += 1
+                        if self._changed is not None:
+                            self._changed.add(key)
             if self._stop.is_set():
                 w.stop()
         return since
