@@ -109,7 +109,8 @@ def child(kubeconfig: str, prometheus: str, nodes: int, seconds: float) -> None:
             # what moved in each window: node versions (a change status shows), new
             # Prometheus answers, and rebuilds of the fleet's rows
             moved = {"node_versions": 0, "prometheus_answers": 0, "fleet_rebuilds": 0}
-            fleet, seen = collector._fleet, {"version": collector.nodes.version, "prom": None}
+            fleet = collector._fleet
+            seen = {"version": collector.nodes.version, "prom": collector._polled.prom}
 
             def counted(prom: Any, last: Any) -> Any:
                 rows = fleet(prom, last)
