@@ -4,8 +4,11 @@ CPU one refresh costs.
 Everything is real: the local control plane with a generated fleet of 5,000 kwok nodes,
 the simulated DCGM exporters and Debian's Prometheus (scraping every 60 s: 40,000 GPUs'
 series every 5 s is more than two cores can take in, and the answers status parses are
-the same size either way). The UI is the real Textual app, run headless (Textual's
-test driver) in a fresh process, fed by the real collector.
+the same size either way). Measuring starts once every exporter is up and the GPU
+count has held for a minute (Prometheus takes minutes to get round 5,000 exporters).
+The UI is the real Textual app, run headless (Textual's test driver) in a fresh
+process, fed by the real collector. Each window reports its node updates a second,
+CPU per thread, and what moved (node versions, Prometheus answers, fleet rebuilds).
 
 - first paint: from the process's start (as the kernel records it, so interpreter
   start-up and imports count) to the UI's first frame, and to the first frame with
