@@ -262,8 +262,9 @@ def kwok_config(parallelism: int = 16) -> str:
         "kind": "KwokConfiguration",
         "options": {
             # heartbeats travel in node status (stages above), not in Leases: a Lease
-            # every 10 s per node is 500 writes a second at 5,000 nodes, and holding
-            # them first slows a new fleet's start from about 50 s to about 115 s
+            # every 10 s per node is 500 writes a second at 5,000 nodes, and kwok holds
+            # a node's Lease before it plays any stage (with 200 s leases a 5,000-node
+            # fleet took 114 s to be Ready; 74 to 101 s without, on the same host)
             "nodeLeaseDurationSeconds": 0,
             "nodePlayStageParallelism": parallelism,
             "podPlayStageParallelism": parallelism,
