@@ -11,8 +11,8 @@ cluster, and why:
   kubelet port, so `kubectl logs` never leaves the machine.
 - simulated nodes post their status every 5 minutes, as kubelets do when nothing
   changed, but renew no Lease (see stages.py); so the controller-manager's grace
-  period is 400 s, longer than that report period, not 40 s. Nothing in the
-  simulator waits for it: a failed node is made with a label, at once.
+  period is 400 s, longer than that report period (the default is 50 s).
+  Nothing in the simulator waits for it: a failed node is made with a label.
 - Kueue's listeners (webhooks, metrics, health probes, visibility server) are set
   in its config file (kueue_manifests.py), not by flags, each on its own port.
 """
