@@ -18,7 +18,6 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -437,17 +436,16 @@ class Collector:
             return last.nodes
         nodes, changed = self.nodes.changes()
         before = self._fleet_key or (None, None, None)
-        if changed is None or key[1:] != before[1:]:
-            if key[1] != before[1]:
-                self._allocated = {}
-                for host, gpus in self.pods.items().values():
-                    self._allocated[host] = self._allocated.get(host, 0) + gpus
-            old, self._fleet_built = self._fleet_built, {}
-            visit: Iterable[str] = nodes
-        else:  # the same pods and Prometheus answer: only the changed nodes' rows
-            old, visit = self._fleet_built, changed
-        names_moved = visit is nodes
-        for name in visit:
+        every = changed is None or key[1:] != before[1:]  # else: only the changed nodes
+        if key[1] != before[1]:
+            self._allocated = {}
+            for host, gpus in self.pods.items().values():
+                self._allocated[host] = self._allocated.get(host, 0) + gpus
+        old = self._fleet_built
+        if every:
+            self._fleet_built = {}
+        names_moved = every
+        for name in nodes if every or changed is None else changed:
             node = nodes.get(name)
             if node is None:
                 names_moved |= self._fleet_built.pop(name, None) is not None
