@@ -21,12 +21,12 @@ build: setup
 	$(BIN)/gridloop local build
 
 # start the local cluster with the default simulated GPU fleet, install the bundle on it
-# (KAITO, agent-sandbox and the DCGM exporter cannot be downloaded here: left out), and
+# (KAITO and the DCGM exporter cannot be downloaded here: left out), and
 # show the fleet, its queues and the health service's work once (`gridloop status` is the
 # live view)
 demo: build
 	$(BIN)/gridloop local up
-	$(BIN)/gridloop bundle --skip kaito --skip agent-sandbox --skip dcgm-exporter
+	$(BIN)/gridloop bundle --skip kaito --skip dcgm-exporter
 	$(BIN)/gridloop install --profile local --wait
 	$(BIN)/gridloop status --once --all
 

@@ -1,12 +1,16 @@
 """`gridloop install` on the local cluster: the bundled chart, installed, upgraded,
 rolled back and uninstalled as a user would, and the state of the world after each.
 
-The bundle is built into a temporary folder without the three components that cannot be
-downloaded everywhere (KAITO, agent-sandbox, DCGM exporter); the local profile leaves
-their controllers off. One release is installed for the whole module (in its own
-namespace, under its own name) with the cluster's fleet as values; the last test
-upgrades, rolls back and uninstalls it, and the module's teardown removes whatever a
-failed test left behind. CRDs are left in place: keeping them is what is tested.
+The bundle is built into a temporary folder without the two components that cannot be
+downloaded here (KAITO, DCGM exporter); the local profile leaves their controllers off.
+One release is installed for the whole module (in its own namespace, under its own
+name) with the cluster's fleet as values; the last test upgrades, rolls back and
+uninstalls it, and the module's teardown removes whatever a failed test left behind.
+CRDs are left in place: keeping them is what is tested.
+
+kwok runs no container, so the agent-sandbox controller the chart deploys does nothing
+here; the sandbox tests run the same controller, built from its pinned module, as a
+process on loopback with the cluster's admin kubeconfig.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +40,7 @@ RELEASE = "gridloop-itest"
 NAMESPACE = "gridloop-itest"
 TEAM = "default"  # values.yaml's one team: ClusterQueue "default" in namespace team-default
 TEAM_NAMESPACE = "team-default"
-SKIPPED = frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito", "dcgm-exporter"})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KUEUE_CRDS = {
     "clusterqueues.kueue.x-k8s.io",
@@ -45,6 +50,16 @@ KUEUE_CRDS = {
     "cohorts.kueue.x-k8s.io",
 }
 KUBERAY_CRDS = {"rayclusters.ray.io", "rayjobs.ray.io"}
+SANDBOX_CRDS = {
+    "sandboxes.agents.x-k8s.io",
+    "sandboxclaims.extensions.agents.x-k8s.io",
+    "sandboxtemplates.extensions.agents.x-k8s.io",
+    "sandboxwarmpools.extensions.agents.x-k8s.io",
+}
+SANDBOXES = ("agents.x-k8s.io", "v1alpha1")
+SANDBOX_EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
+SANDBOX_NAMESPACE = "agents"  # values.yaml's one sandbox namespace
+SANDBOX_SYSTEM = "agent-sandbox-system"  # where upstream runs its controller
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 SANDBOX_MESSAGE = "pods in sandbox namespaces must set spec.runtimeClassName to one of gvisor"
 QUEUE_MESSAGE = (
@@ -113,8 +128,20 @@ def installed(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     finally:
         setup.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
         core = local_cluster.core
-        for namespace in (NAMESPACE, TEAM_NAMESPACE):
+        # the team, sandbox and upstream controller namespaces are kept by uninstall, with
+        # what users made there
+        left = (NAMESPACE, TEAM_NAMESPACE, SANDBOX_NAMESPACE, SANDBOX_SYSTEM)
+        for namespace in left:
             _ignore_missing(core.delete_namespace, namespace, propagation_policy="Background")
+        # gone before the next module installs: a terminating namespace of this release
+        # is a name another release cannot take (doctor's free-names)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _namespaces_present(core, left):
+            time.sleep(0.5)
+
+
+def _namespaces_present(core: client.CoreV1Api, names: tuple[str, ...]) -> bool:
+    return bool({n.metadata.name for n in core.list_namespace().items} & set(names))
 
 
 def _ignore_missing(call, *args, **kwargs) -> None:
@@ -205,12 +232,12 @@ def test_every_workload_of_the_release_and_upstream_becomes_ready(
         )
 
 
-def test_kueue_crds_are_installed_and_kept(installed: Installed, local_cluster) -> None:
+def test_upstream_crds_are_installed_and_kept(installed: Installed, local_cluster) -> None:
     ext = client.ApiextensionsV1Api(local_cluster.api)
     present = {crd.metadata.name: crd for crd in ext.list_custom_resource_definition().items}
 
-    assert set(present) >= KUEUE_CRDS | KUBERAY_CRDS
-    for name in KUEUE_CRDS | KUBERAY_CRDS:
+    assert set(present) >= KUEUE_CRDS | KUBERAY_CRDS | SANDBOX_CRDS
+    for name in KUEUE_CRDS | KUBERAY_CRDS | SANDBOX_CRDS:
         crd = present[name]
         assert crd.metadata.annotations["helm.sh/resource-policy"] == "keep"
         managers = {m.manager for m in crd.metadata.managed_fields}
@@ -298,32 +325,13 @@ def _refusal(create, what: str, eventually) -> ApiException:
     return refused[-1]
 
 
-@pytest.fixture
-def gvisor(local_cluster) -> Iterator[None]:
-    """The RuntimeClass `gvisor` (the local profile renders no sandbox objects): pods that
-    name a RuntimeClass that does not exist are refused before the policy looks."""
-    node = client.NodeV1Api(local_cluster.api)
-    try:
-        node.read_runtime_class("gvisor")
-        exists = True
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        exists = False
-    if exists:
-        yield
-        return
-    node.create_runtime_class({"metadata": {"name": "gvisor"}, "handler": "runsc"})
-    try:
-        yield
-    finally:
-        _ignore_missing(node.delete_runtime_class, "gvisor")
-
-
 def test_sandbox_namespaces_only_admit_gvisor_pods(
-    installed: Installed, local_cluster, namespace, gvisor, eventually
+    installed: Installed, local_cluster, namespace, eventually
 ) -> None:
     core = local_cluster.core
+    # the chart's RuntimeClass: a pod naming a class that does not exist is refused
+    # before the policy looks
+    assert client.NodeV1Api(local_cluster.api).read_runtime_class("gvisor").handler == "runsc"
     core.patch_namespace(namespace, {"metadata": {"labels": {"gridloop.io/sandbox": "true"}}})
 
     def create_plain() -> None:
@@ -339,6 +347,141 @@ def test_sandbox_namespaces_only_admit_gvisor_pods(
     created = core.create_namespaced_pod(namespace, _pod("sandboxed", "gvisor"))
     assert created.spec.runtime_class_name == "gvisor"
     core.delete_namespaced_pod("sandboxed", namespace, grace_period_seconds=0)
+
+
+# --- agent sandboxes: the chart's template and warm pool, filled by the real controller ---
+
+
+def test_the_sandbox_template_and_warm_pool_are_accepted(installed: Installed, local_cluster):
+    custom = client.CustomObjectsApi(local_cluster.api)
+
+    template = custom.get_namespaced_custom_object(
+        *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxtemplates", "default"
+    )
+    pool = custom.get_namespaced_custom_object(
+        *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxwarmpools", "default"
+    )
+
+    pod = template["spec"]["podTemplate"]["spec"]
+    assert pod["runtimeClassName"] == "gvisor"
+    assert pod["automountServiceAccountToken"] is False
+    assert pool["spec"]["sandboxTemplateRef"] == {"name": "default"}
+    assert pool["spec"]["replicas"] == 1  # the local profile's size
+
+
+@dataclass(frozen=True)
+class SandboxController:
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self) -> str:
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(line[:300] for line in lines[-15:])
+
+
+@pytest.fixture(scope="module")
+def sandbox_controller(installed: Installed) -> Iterator[SandboxController]:
+    """agent-sandbox's controller, as the chart's Deployment runs it (`--extensions`), with
+    leader election, metrics and probes off: it is the only one, and nothing scrapes it."""
+    log = installed.work / "agent-sandbox-controller.log"
+    cmd = [
+        str(building.binary("agent-sandbox-controller")),
+        f"--kubeconfig={installed.env['KUBECONFIG']}",
+        "--extensions",
+        "--leader-elect=false",
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield SandboxController(process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _sandbox_pods(local_cluster) -> list[client.V1Pod]:
+    return list(local_cluster.core.list_namespaced_pod(SANDBOX_NAMESPACE).items)
+
+
+def _running(pod: client.V1Pod) -> bool:
+    return pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+
+
+def _owner(pod: client.V1Pod) -> str:
+    owners = pod.metadata.owner_references or []
+    return f"{owners[0].kind}/{owners[0].name}" if owners else ""
+
+
+def test_the_real_controller_fills_the_warm_pool_with_gvisor_pods_the_policy_admits(
+    installed: Installed, local_cluster, sandbox_controller: SandboxController, eventually
+) -> None:
+    def warm() -> bool:
+        assert sandbox_controller.process.poll() is None, sandbox_controller.tail()
+        return any(
+            _owner(p) == "SandboxWarmPool/default" and _running(p)
+            for p in _sandbox_pods(local_cluster)
+        )
+
+    eventually(warm, "a running warm-pool pod in agents", 60)
+
+    (pod,) = [p for p in _sandbox_pods(local_cluster) if _owner(p) == "SandboxWarmPool/default"]
+    assert pod.spec.runtime_class_name == "gvisor"
+    assert pod.spec.automount_service_account_token is False
+    (container,) = pod.spec.containers
+    assert container.security_context.read_only_root_filesystem is True
+    assert container.security_context.capabilities.drop == ["ALL"]
+
+
+def test_a_claim_takes_a_warm_sandbox_and_the_pool_is_refilled(
+    installed: Installed, local_cluster, sandbox_controller: SandboxController, eventually
+) -> None:
+    custom = client.CustomObjectsApi(local_cluster.api)
+    eventually(
+        lambda: any(_owner(p) == "SandboxWarmPool/default" for p in _sandbox_pods(local_cluster)),
+        "the warm pool to hold a pod",
+        60,
+    )
+    (warm,) = [p for p in _sandbox_pods(local_cluster) if _owner(p) == "SandboxWarmPool/default"]
+    claim = {
+        "apiVersion": "/".join(SANDBOX_EXTENSIONS),
+        "kind": "SandboxClaim",
+        "metadata": {"name": "agent-run-1"},
+        "spec": {"sandboxTemplateRef": {"name": "default"}},
+    }
+
+    custom.create_namespaced_custom_object(
+        *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxclaims", claim
+    )
+
+    def ready() -> bool:
+        try:
+            sandbox = custom.get_namespaced_custom_object(
+                *SANDBOXES, SANDBOX_NAMESPACE, "sandboxes", "agent-run-1"
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        conditions = (sandbox.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    eventually(ready, "the claim's Sandbox to be Ready", 60)
+    adopted = local_cluster.core.read_namespaced_pod(warm.metadata.name, SANDBOX_NAMESPACE)
+    assert _owner(adopted) == "Sandbox/agent-run-1", "the warm pod was handed to the claim"
+    eventually(
+        lambda: any(
+            _owner(p) == "SandboxWarmPool/default" and _running(p)
+            for p in _sandbox_pods(local_cluster)
+        ),
+        "the warm pool to be refilled",
+        60,
+    )
 
 
 def test_a_gpu_job_in_a_team_namespace_never_bypasses_kueue(
@@ -391,7 +534,7 @@ def test_installing_the_same_values_again_changes_nothing(installed: Installed) 
 # --- upgrade, rollback, uninstall (last: it ends the release) ---
 
 
-def test_upgrade_rollback_and_uninstall_keep_crds_and_user_objects(
+def test_upgrade_rollback_and_uninstall_keep_crds_namespaces_and_user_objects(
     installed: Installed, local_cluster, eventually
 ) -> None:
     before = _cluster_queue(local_cluster)
@@ -427,6 +570,19 @@ def test_upgrade_rollback_and_uninstall_keep_crds_and_user_objects(
         "spec": {"namespaceSelector": {}},
     }
     custom.create_cluster_custom_object(*KUEUE, "clusterqueues", user_queue)
+    # what users made in the namespaces the chart created for them
+    user_template = {
+        "apiVersion": "/".join(SANDBOX_EXTENSIONS),
+        "kind": "SandboxTemplate",
+        "metadata": {"name": mine},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "a", "image": "busybox"}]}}},
+    }
+    custom.create_namespaced_custom_object(
+        *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxtemplates", user_template
+    )
+    local_cluster.core.create_namespaced_config_map(
+        TEAM_NAMESPACE, {"metadata": {"name": mine}, "data": {"run": "42"}}
+    )
     try:
         removed = installed.helm(
             "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m"
@@ -438,8 +594,20 @@ def test_upgrade_rollback_and_uninstall_keep_crds_and_user_objects(
             eventually(deployment, "the release's Deployments to be deleted", 60)
         ext = client.ApiextensionsV1Api(local_cluster.api)
         left = {crd.metadata.name for crd in ext.list_custom_resource_definition().items}
-        assert left >= KUEUE_CRDS | KUBERAY_CRDS, "uninstall keeps the CRDs"
+        assert left >= KUEUE_CRDS | KUBERAY_CRDS | SANDBOX_CRDS, "uninstall keeps the CRDs"
         assert _cluster_queue(local_cluster, mine)["metadata"]["name"] == mine
+        for kept in (TEAM_NAMESPACE, SANDBOX_NAMESPACE):
+            space = local_cluster.core.read_namespace(kept)
+            assert space.metadata.deletion_timestamp is None, f"{kept} is kept"
+        assert (
+            custom.get_namespaced_custom_object(
+                *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxtemplates", mine
+            )["metadata"]["name"]
+            == mine
+        )
+        assert local_cluster.core.read_namespaced_config_map(mine, TEAM_NAMESPACE).data == {
+            "run": "42"
+        }
         with pytest.raises(ApiException) as gone:
             _cluster_queue(local_cluster, TEAM)
         assert gone.value.status == 404, "the release's own ClusterQueue goes with it"

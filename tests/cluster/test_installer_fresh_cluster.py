@@ -32,7 +32,7 @@ pytestmark = pytest.mark.cluster
 
 BASE_PORT = 28900
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
-SKIPPED = frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito", "dcgm-exporter"})
 RELEASE = "gl"
 NAMESPACE = "gl-system"
 HEALTH = f"{RELEASE}-gridloop-health"
@@ -162,11 +162,15 @@ def test_install_on_a_clean_cluster_goes_in_phases_to_all_ready(fresh: Fresh) ->
     assert result.returncode == 0, result.stdout + result.stderr
     steps = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("  ✓ ")]
     assert steps == ["values", "doctor", "CRDs", "components", "release", "ready"]
-    assert "14 applied server-side, Established" in result.stdout
+    assert "18 applied server-side, Established" in result.stdout
     assert f"✓ release {RELEASE} revision 1 deployed" in said(result)
-    assert "✓ ready 2 workloads ready" in said(result)
+    assert "✓ ready 3 workloads ready" in said(result)
     ready = _ready_deployments(fresh.api)
-    assert {name.split("/")[1] for name in ready} == {HEALTH, "kuberay-operator"}
+    assert {name.split("/")[1] for name in ready} == {
+        HEALTH,
+        "kuberay-operator",
+        "agent-sandbox-controller",
+    }
     assert all(ready.values()), ready
     assert fresh.revisions() == {1: "deployed"}
 
@@ -292,7 +296,11 @@ def test_uninstall_removes_the_workloads_and_keeps_crds_and_user_resources(fresh
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"✓ release {RELEASE} uninstalled" in said(result)
-    assert "✓ kept 14 CRDs and 1 custom resources not from the release" in said(result)
+    assert "✓ kept 18 CRDs and 1 custom resources not from the release" in said(result)
+    assert (
+        "✓ kept namespaces agent-sandbox-system, agents, team-default and what is in them"
+        in said(result)
+    )
     assert _ready_deployments(fresh.api) == {}
     assert fresh.crds() == crds
     assert _queues(fresh) == {mine}, "the release's own ClusterQueue went, the user's stayed"
@@ -313,7 +321,7 @@ def test_purge_refuses_while_user_resources_exist_and_asks_for_confirmation(fres
     )
     assert unconfirmed.returncode == 5
     assert unconfirmed.stderr.strip() == (
-        "error: --purge deletes 14 CRDs: confirm it (type yes, or pass --yes)"
+        "error: --purge deletes 18 CRDs: confirm it (type yes, or pass --yes)"
     )
     assert fresh.crds() == crds and _queues(fresh) == {mine}
 
@@ -323,5 +331,5 @@ def test_purge_refuses_while_user_resources_exist_and_asks_for_confirmation(fres
     assert f"release {RELEASE} is not installed in {NAMESPACE}: nothing to uninstall" in (
         purged.stdout
     )
-    assert "✓ CRDs 14 deleted, with 1 custom resources" in said(purged)
+    assert "✓ CRDs 18 deleted, with 1 custom resources" in said(purged)
     assert not {c for c in fresh.crds() if c.endswith((".x-k8s.io", ".ray.io"))}

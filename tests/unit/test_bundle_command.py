@@ -313,17 +313,17 @@ def test_an_unreachable_release_names_the_component_and_the_ways_around_it(
     pinned = tmp_path / "versions.yaml"
     text = (Path(__file__).parents[2] / "versions.yaml").read_text()
     pinned.write_text(
-        text.replace("https://github.com/kubernetes-sigs/agent-sandbox", "http://127.0.0.1:9")
+        text.replace("https://raw.githubusercontent.com/NVIDIA/dcgm-exporter", "http://127.0.0.1:9")
     )
     env = _env(tmp_path, GRIDLOOP_VERSIONS_FILE=str(pinned))
-    skip = [flag for c in ("kueue", "kuberay", "kaito", "dcgm-exporter") for flag in ("--skip", c)]
+    skip = [flag for c in ("kueue", "kuberay", "kaito", "agent-sandbox") for flag in ("--skip", c)]
 
     result = gridloop("bundle", "--out", str(tmp_path / "dist"), *skip, env=env)
 
     assert result.returncode == 1
     line = _one_error_line(result.stderr)
-    assert line.startswith("error: agent-sandbox v1.0.1: cannot download http://127.0.0.1:9/")
-    assert "--mirror DIR" in line and "--skip agent-sandbox" in line
+    assert line.startswith("error: dcgm-exporter 4.6.0-4.8.3: cannot download http://127.0.0.1:9/")
+    assert "--mirror DIR" in line and "--skip dcgm-exporter" in line
     assert not (tmp_path / "dist").exists()
 
 

@@ -149,3 +149,19 @@ def test_crd_files_are_one_json_line_per_object_and_read_back_the_same() -> None
     assert manifests.parse(text, "crds/kueue.yaml") == files["crds/kueue.yaml"]
     rest = manifests.dump_file("upstream/kueue/kueue.yaml", files["upstream/kueue/kueue.yaml"])
     assert rest == manifests.dump([DEPLOYMENT]), "everything else stays readable YAML"
+
+
+def test_an_object_given_again_replaces_the_first_in_its_place_as_a_second_apply_would() -> None:
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "c"}}
+    first = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "c"}, "spec": 1}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "c"},
+    }
+    again = {**first, "spec": 2}
+    other_namespace = {**first, "metadata": {"name": "c", "namespace": "elsewhere"}}
+
+    applied = manifests.as_applied([account, first, role, again, other_namespace])
+
+    assert applied == [account, again, role, other_namespace]

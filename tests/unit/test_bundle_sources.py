@@ -30,6 +30,9 @@ def test_each_source_is_pinned_with_a_module_or_a_release_url(source: Source) ->
     if source.kind is Kind.GO_MODULE:
         assert comp.module and not comp.release
         assert source.kustomize
+    elif source.kind is Kind.GO_MODULE_FILES:
+        assert comp.module and not comp.release
+        assert source.module_files
     else:
         assert comp.release_url.startswith("https://") and not comp.module
         assert comp.version in comp.release_url or comp.version.lstrip("v") in comp.release_url
@@ -37,12 +40,28 @@ def test_each_source_is_pinned_with_a_module_or_a_release_url(source: Source) ->
         assert source.pin.for_version(comp.version).endswith(f":{comp.version}")
 
 
-def test_kueue_and_kuberay_images_are_the_ones_their_releases_publish() -> None:
+def test_go_module_images_are_the_ones_their_releases_publish() -> None:
     kueue, kuberay = source_for("kueue").pin, source_for("kuberay").pin
-    assert kueue is not None and kuberay is not None
+    sandbox = source_for("agent-sandbox").pin
+    assert kueue is not None and kuberay is not None and sandbox is not None
 
     assert kueue.for_version("v0.17.1") == "registry.k8s.io/kueue/kueue:v0.17.1"
     assert kuberay.for_version("v1.5.0") == "quay.io/kuberay/operator:v1.5.0"
+    assert sandbox.for_version("v0.2.1") == (
+        "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v0.2.1"
+    )
+
+
+def test_agent_sandbox_is_read_as_its_release_script_writes_it() -> None:
+    """dev/tools/release: manifest.yaml is k8s/**/*.yaml without "extensions" in the
+    name, extensions.yaml the others, each sorted; the second is applied after the first."""
+    files = source_for("agent-sandbox").module_files
+    core = [f for f in files if "extensions" not in f.rsplit("/", 1)[-1]]
+    extensions = [f for f in files if "extensions" in f.rsplit("/", 1)[-1]]
+
+    assert list(files) == [*core, *extensions]
+    assert core == sorted(core) and extensions == sorted(extensions)
+    assert "k8s/extensions.controller.yaml" in extensions
 
 
 def test_release_templates_get_the_version_with_and_without_its_v(

@@ -1,4 +1,6 @@
-"""The real Kueue and KubeRay renderings: their Go modules, kustomized by the built kubectl.
+"""The real Kueue, KubeRay and agent-sandbox renderings from their pinned Go modules:
+Kueue's and KubeRay's kustomized by the built kubectl, agent-sandbox's release files read
+in the order its release script writes them.
 
 Needs the Go module proxy (or Go's module cache) and the kubectl that
 `gridloop local build` makes; without that kubectl these tests fail, and say
@@ -8,6 +10,7 @@ renders for real.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +20,8 @@ import yaml
 from chart_files import CHART
 
 from gridloop import versions
-from gridloop.bundle import bundling, caching, charting
-from gridloop.bundle.sources import COMPONENTS
+from gridloop.bundle import bundling, caching, charting, fetching
+from gridloop.bundle.sources import COMPONENTS, source_for
 from gridloop.errors import BuildError
 from gridloop.local import building
 from gridloop.versions import Component
@@ -32,6 +35,12 @@ KUEUE_CRDS = {
     "cohorts.kueue.x-k8s.io",
 }
 KUBERAY_CRDS = {"rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"}
+SANDBOX_CRDS = {
+    "sandboxes.agents.x-k8s.io",
+    "sandboxclaims.extensions.agents.x-k8s.io",
+    "sandboxtemplates.extensions.agents.x-k8s.io",
+    "sandboxwarmpools.extensions.agents.x-k8s.io",
+}
 # the CRDs are megabytes: libyaml reads them in a fraction of the pure-Python time
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -47,11 +56,11 @@ def bundled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bundling.Resul
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(caching, "folder", lambda comp: tmp / "cache" / f"{comp.name}-{comp.version}")
         patch.setattr(charting, "REPO_CHART", tmp / "no-chart")
-        skip = frozenset(COMPONENTS) - {"kueue", "kuberay"}
+        skip = frozenset(COMPONENTS) - {"kueue", "kuberay", "agent-sandbox"}
         first = bundling.bundle(bundling.Request(out=tmp / "dist", skip=skip))
         again = bundling.bundle(bundling.Request(out=tmp / "again", skip=skip))
-        assert [got.origin for got in first.components] == ["rendered", "rendered"]
-        assert [got.origin for got in again.components] == ["cached", "cached"]
+        assert [got.origin for got in first.components] == ["rendered"] * 3
+        assert [got.origin for got in again.components] == ["cached"] * 3
         yield first
 
 
@@ -67,19 +76,21 @@ def _named(docs: list[dict[str, object]], kind: str, name: str) -> dict:
     raise AssertionError(f"no {kind} {name} among {len(docs)} objects")
 
 
-def test_kueue_and_kuberay_crds_are_bundled_and_all_kept(bundled: bundling.Result) -> None:
+def test_every_crd_is_bundled_and_kept(bundled: bundling.Result) -> None:
     kueue = _docs(bundled, "crds/kueue.yaml")
     kuberay = _docs(bundled, "crds/kuberay.yaml")
+    sandbox = _docs(bundled, "crds/agent-sandbox.yaml")
 
     assert {d["metadata"]["name"] for d in kueue} >= KUEUE_CRDS
     assert {d["metadata"]["name"] for d in kuberay} >= KUBERAY_CRDS
-    for crd in kueue + kuberay:
+    assert {d["metadata"]["name"] for d in sandbox} == SANDBOX_CRDS
+    for crd in kueue + kuberay + sandbox:
         assert crd["kind"] == "CustomResourceDefinition"
         assert crd["metadata"]["annotations"][KEEP] == "keep"
 
 
 def test_no_crd_hides_outside_the_crd_files(bundled: bundling.Result) -> None:
-    for component in ("kueue", "kuberay"):
+    for component in ("kueue", "kuberay", "agent-sandbox"):
         rest = _docs(bundled, f"upstream/{component}/{component}.yaml")
         assert rest and all(d["kind"] != "CustomResourceDefinition" for d in rest)
 
@@ -139,9 +150,51 @@ def test_kuberay_runs_the_released_image_without_a_batch_scheduler_flag(
     assert not any("batch-scheduler" in arg for arg in container.get("args", []))
 
 
-def test_images_txt_lists_both_operators(bundled: bundling.Result) -> None:
+def test_agent_sandbox_runs_one_controller_with_its_extensions_and_released_image(
+    bundled: bundling.Result,
+) -> None:
+    docs = _docs(bundled, "upstream/agent-sandbox/agent-sandbox.yaml")
+
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+
+    assert deployment["metadata"] == {
+        "name": "agent-sandbox-controller",
+        "namespace": "agent-sandbox-system",
+        "labels": {"app": "agent-sandbox-controller"},
+    }
+    assert container["image"] == (
+        f"registry.k8s.io/agent-sandbox/agent-sandbox-controller:"
+        f"{versions.get('agent-sandbox').version}"
+    )
+    assert "--extensions" in container["args"], "extensions.controller.yaml's copy wins"
+    roles = {d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRole"}
+    assert roles == {"agent-sandbox-controller", "agent-sandbox-controller-extensions"}
+    assert _named(docs, "Namespace", "agent-sandbox-system")["metadata"]["annotations"][KEEP]
+    identities = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(identities) == len(set(identities)), "each object once in the release"
+
+
+def test_images_txt_lists_every_operator(bundled: bundling.Result) -> None:
     listed = Path(bundled.images_file).read_text().splitlines()
 
     assert listed == sorted(listed)
     assert "registry.k8s.io/kueue/kueue:v0.17.1" in listed
     assert "quay.io/kuberay/operator:v1.5.0" in listed
+    assert "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v0.2.1" in listed
+
+
+def test_a_release_file_the_module_lacks_is_one_line_naming_it(tmp_path: Path) -> None:
+    source = dataclasses.replace(
+        source_for("agent-sandbox"), module_files=("k8s/controller.yaml", "k8s/no-such.yaml")
+    )
+    comp = versions.get("agent-sandbox")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(caching, "folder", lambda _comp: tmp_path / "work")
+        with pytest.raises(BuildError) as failed:
+            fetching.render(source, comp)
+
+    message = str(failed.value)
+    assert message.startswith(f"agent-sandbox {comp.version}: no readable k8s/no-such.yaml in ")
+    assert "\n" not in message

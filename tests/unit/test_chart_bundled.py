@@ -1,12 +1,11 @@
 """The chart as `gridloop bundle` ships it: gridloop's templates around the upstream manifests.
 
-Kueue and KubeRay are the real renderings of their pinned Go modules (from the rendering
-cache, rendered first if it is empty: that needs the Go module proxy and the built
-kubectl). The DCGM exporter's release file cannot be downloaded here, so a file shaped
-like it (a DaemonSet and a Service named dcgm-exporter, as NVIDIA's dcgm-exporter.yaml
-has them) comes in through `--mirror`; KAITO and agent-sandbox are left out. The real
-helm (4, and 3 for lint) renders the result; the objects are asserted on.
-"""
+Kueue, KubeRay and agent-sandbox are the real renderings of their pinned Go modules
+(from the rendering cache, rendered first if it is empty: that needs the Go module proxy
+and the built kubectl). The DCGM exporter's release file cannot be downloaded here, so a
+file shaped like it (a DaemonSet and a Service named dcgm-exporter, as NVIDIA's
+dcgm-exporter.yaml has them) comes in through `--mirror`; KAITO is left out. The real
+helm (4, and 3 for lint) renders the result; the objects are asserted on."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ from gridloop.errors import BuildError
 from gridloop.local.building import binary
 
 NAMESPACE = "gridloop-system"
-NOT_BUNDLED = "kaito.enabled=false,agentSandbox.enabled=false"
+NOT_BUNDLED = "kaito.enabled=false"
 EXPORTER = """\
 apiVersion: apps/v1
 kind: DaemonSet
@@ -76,7 +75,7 @@ def bundled(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out=tmp / "dist",
         chart=CHART,
         mirror=tmp / "mirror",
-        skip=frozenset({"kaito", "agent-sandbox"}),
+        skip=frozenset({"kaito"}),
     )
     return bundling.bundle(request).folder
 

@@ -27,8 +27,8 @@ from gridloop.chart.values import Layer, SetSyntax, fleet_problem, parse_set, us
 from gridloop.errors import BuildError, UsageError
 from gridloop.local import building, cluster
 
-SKIPPED = frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
-MISSING_OFF = "kaito.enabled=false,agentSandbox.enabled=false,dcgmExporter.enabled=false"
+SKIPPED = frozenset({"kaito", "dcgm-exporter"})
+MISSING_OFF = "kaito.enabled=false,dcgmExporter.enabled=false"
 KEEP = "helm.sh/resource-policy"
 KUEUE_CRDS = {"clusterqueues.kueue.x-k8s.io", "resourceflavors.kueue.x-k8s.io"}
 KUBERAY_CRDS = {"rayclusters.ray.io", "rayjobs.ray.io"}
@@ -75,13 +75,13 @@ def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory: pytest.TempPathFactory, helm_home: None) -> Path:
-    """`gridloop bundle --skip kaito --skip agent-sandbox --skip dcgm-exporter` into tmp."""
+    """`gridloop bundle --skip kaito --skip dcgm-exporter` into tmp."""
     versions.load.cache_clear()
     out = tmp_path_factory.mktemp("bundle") / "dist"
     try:
         result = bundling.bundle(bundling.Request(out=out, skip=SKIPPED))
     except BuildError as err:
-        pytest.fail(f"bundling Kueue and KubeRay failed: {err}", pytrace=False)
+        pytest.fail(f"bundling Kueue, KubeRay and agent-sandbox failed: {err}", pytrace=False)
     return result.folder
 
 
@@ -165,7 +165,7 @@ def test_every_profile_renders_from_the_bundle(
     assert kueue_controller == (profile == "production")
 
 
-def test_local_profile_leaves_out_webhooks_and_objects_without_crds(
+def test_local_profile_leaves_out_webhooks_and_objects_without_crds_or_controllers(
     gridloop: Gridloop, bundle: Path
 ) -> None:
     docs = gridloop("render", "--chart", str(bundle), "--profile", "local").docs()
@@ -175,8 +175,8 @@ def test_local_profile_leaves_out_webhooks_and_objects_without_crds(
     assert "ValidatingWebhookConfiguration" not in kinds
     assert "APIService" not in kinds, "an aggregated API with no server breaks discovery"
     assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Workspace"}
-    assert not kinds & {"SandboxTemplate", "SandboxWarmPool"}
-    assert "kuberay-operator" in names(docs, "Deployment")
+    assert {"SandboxTemplate", "SandboxWarmPool", "RuntimeClass"} <= kinds
+    assert {"kuberay-operator", "agent-sandbox-controller"} <= names(docs, "Deployment")
     assert any(
         d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
         for d in of_kind(docs, "ConfigMap")
@@ -351,7 +351,7 @@ def test_install_from_a_bundle_tarball_renders_the_chart_inside_it(
     )
 
     assert f"from {tarball} (chart 0.1.0, profile local" in result.out
-    assert "✓ values" in result.out and "14 CRDs rendered" in result.out
+    assert "✓ values" in result.out and "18 CRDs rendered" in result.out
     assert result.error.startswith("error: cannot reach the cluster")
 
 

@@ -206,6 +206,22 @@ def test_a_name_owned_by_another_release_or_nobody_fails_and_says_whose() -> Non
     )
 
 
+def test_names_an_uninstalled_release_kept_say_how_to_take_them_back() -> None:
+    kept = Existing("Namespace", "", "agents", "old", "legacy", kept=True)
+    owned = Existing("ConfigMap", "legacy", "x", "old", "legacy")
+
+    left = check("free-names", dataclasses.replace(HEALTHY, existing=(kept,)))
+    mixed = check("free-names", dataclasses.replace(HEALTHY, existing=(kept, owned)))
+
+    assert left.status is Status.FAIL
+    assert "Namespace agents (release old)" in left.detail
+    assert left.fix == (
+        "they outlive an uninstall (helm.sh/resource-policy: keep): install as release "
+        "old (namespace legacy) to take them back, or delete them"
+    )
+    assert mixed.fix.startswith("uninstall release old (namespace legacy)")
+
+
 def test_a_pending_release_warns_and_a_terminating_namespace_fails() -> None:
     pending = dataclasses.replace(HEALTHY, release=Release(3, "pending-upgrade"))
     terminating = dataclasses.replace(HEALTHY, namespace_phase="Terminating")

@@ -91,6 +91,15 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{- /*
+The annotation on a namespace the chart creates for users' work (team and sandbox
+namespaces): `helm uninstall` leaves it, and with it every Job, RayCluster and Sandbox
+people made there; deleting it is for them to do.
+*/ -}}
+{{- define "gridloop.keptNamespace" -}}
+helm.sh/resource-policy: keep
+{{- end }}
+
 {{/* The namespace of the release. */}}
 {{- define "gridloop.namespace" -}}
 {{- .Release.Namespace -}}

@@ -133,7 +133,7 @@ def obtain(source: Source, comp: Component, mirror: Path | None) -> Obtained:
             if origin == "rendered":
                 caching.write(source, comp, text)  # only once it parsed
             docs = pin(source, comp, docs)
-        docs = integrate(source, docs)
+        docs = integrate(source, manifests.as_applied(docs))
         files = manifests.layout(comp.name, docs, source.chart_rendered)
     except ManifestProblem as problem:
         raise BuildError(f"{label}: {problem}") from problem

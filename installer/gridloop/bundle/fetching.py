@@ -3,6 +3,8 @@
 - a Go module (Kueue, KubeRay): `go mod download` with the environment
   `gridloop local build` uses (the module lands in Go's own cache, outside
   git), then the project-built `kubectl kustomize` on its kustomize base;
+- a Go module's release files (agent-sandbox): the same download, then the
+  files its release script concatenates, in that order;
 - a release file: downloaded from the URL pinned in versions.yaml;
 - a release chart (KAITO): downloaded, then `helm template` with the project-built helm;
 - a mirror folder (`--mirror DIR`): `DIR/<component>/*.yaml`, read as they are.
@@ -43,6 +45,8 @@ def render(source: Source, comp: Component) -> str:
     log.write_text(f"gridloop bundle: rendering {label(comp)} ({source.kind.value})\n")
     if source.kind is Kind.GO_MODULE:
         return _render_go_module(source, comp, work, log)
+    if source.kind is Kind.GO_MODULE_FILES:
+        return _concatenate_module_files(source, comp, work, log)
     data = download(comp)
     if source.kind is Kind.YAML:
         try:
@@ -102,9 +106,9 @@ def _tool(name: str, comp: Component) -> str:
         raise BuildError(f"{label(comp)}: rendering it needs {name}: {err}") from err
 
 
-def _render_go_module(source: Source, comp: Component, work: Path, log: Path) -> str:
+def _module_dir(comp: Component, work: Path, log: Path) -> Path:
+    """Where `go mod download` put the pinned module (Go's own cache, read-only)."""
     go = building.check_go(f"fetching {label(comp)}")
-    kubectl = _tool("kubectl", comp)
     # the same GOFLAGS/GOPROXY/GOMODCACHE as `gridloop local build`
     env = building._go_env(work)
     out = _run(
@@ -114,7 +118,25 @@ def _render_go_module(source: Source, comp: Component, work: Path, log: Path) ->
         env,
         f"{label(comp)}: go mod download {comp.module}@{comp.version}",
     )
-    module_dir = Path(json.loads(out)["Dir"])
+    return Path(json.loads(out)["Dir"])
+
+
+def _concatenate_module_files(source: Source, comp: Component, work: Path, log: Path) -> str:
+    module_dir = _module_dir(comp, work, log)
+    parts = []
+    for name in source.module_files:
+        try:
+            text = (module_dir / name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise BuildError(f"{label(comp)}: no readable {name} in {comp.module}: {err}") from err
+        # a `---` before each file keeps its first document apart from the last one before
+        parts.append(f"---\n# Source: {name}\n{text.rstrip()}\n")
+    return "".join(parts)
+
+
+def _render_go_module(source: Source, comp: Component, work: Path, log: Path) -> str:
+    kubectl = _tool("kubectl", comp)
+    module_dir = _module_dir(comp, work, log)
     base = module_dir / source.kustomize
     if not (base / "kustomization.yaml").is_file():
         raise BuildError(f"{label(comp)}: no kustomize base at {source.kustomize} in {comp.module}")

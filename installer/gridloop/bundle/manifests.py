@@ -125,6 +125,27 @@ def kept(doc: Doc) -> Doc:
     return {**doc, "metadata": metadata}
 
 
+def identity(doc: Doc) -> tuple[str, str, str, str]:
+    """(API group, kind, namespace, name): what makes two documents the same object."""
+    api_version = str(doc.get("apiVersion", ""))
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    metadata = doc.get("metadata") or {}
+    return group, str(doc.get("kind")), str(metadata.get("namespace", "")), name_of(doc)
+
+
+def as_applied(docs: Iterable[Doc]) -> list[Doc]:
+    """`docs` as `kubectl apply` would leave them, one after the other: an object that
+    comes again replaces its earlier copy, in the earlier copy's place.
+
+    agent-sandbox's extensions.yaml restates the controller Deployment of its
+    manifest.yaml; a Helm release must hold each object once.
+    """
+    out: dict[tuple[str, str, str, str], Doc] = {}
+    for doc in docs:
+        out[identity(doc)] = doc  # a dict keeps the first insertion's place
+    return list(out.values())
+
+
 def split(docs: Iterable[Doc]) -> tuple[list[Doc], list[Doc]]:
     """(CRDs, everything else), each in upstream order."""
     crds: list[Doc] = []

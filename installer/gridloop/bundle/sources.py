@@ -23,6 +23,8 @@ from gridloop.versions import Component
 
 class Kind(Enum):
     GO_MODULE = "go module + kustomize"  # `go mod download`, then `kubectl kustomize`
+    # `go mod download`, then the module's files its release script concatenates
+    GO_MODULE_FILES = "go module + release files"
     YAML = "release manifest"  # one multi-document YAML file at the release URL
     HELM_CHART = "release chart"  # a chart tarball at the release URL, `helm template`d
 
@@ -45,6 +47,9 @@ class Source:
     component: str  # its name in versions.yaml and under upstream/
     kind: Kind
     kustomize: str = ""  # GO_MODULE: the kustomize folder inside the module
+    # GO_MODULE_FILES: the files inside the module, in the order upstream applies them;
+    # an object repeated later replaces the earlier one, as a second `kubectl apply` does
+    module_files: tuple[str, ...] = ()
     pin: ImagePin | None = None
     # HELM_CHART: the release name and namespace `helm template` renders with
     chart_release: str = ""
@@ -65,6 +70,7 @@ class Source:
     def fingerprint(self, comp: Component) -> str:
         """What the raw rendering depends on: a cached rendering with another is redone."""
         parts = [comp.version, comp.module, comp.release, self.kind.value, self.kustomize]
+        parts += self.module_files
         parts += [self.chart_release, self.chart_namespace]
         return "|".join(parts)
 
@@ -109,7 +115,34 @@ SOURCES: tuple[Source, ...] = (
         chart_release="kaito-workspace",
         chart_namespace="kaito-workspace",
     ),
-    Source(component="agent-sandbox", kind=Kind.YAML),
+    # agent-sandbox's release script (dev/tools/release) writes manifest.yaml from the
+    # module's k8s/**/*.yaml files without "extensions" in their name and extensions.yaml
+    # from the others, each sorted, and sets the controller image; its docs apply the
+    # first, then the second. extensions.controller.yaml restates the controller's
+    # Deployment with `--extensions`, which SandboxTemplate and SandboxWarmPool need.
+    Source(
+        component="agent-sandbox",
+        kind=Kind.GO_MODULE_FILES,
+        module_files=(
+            # manifest.yaml
+            "k8s/controller.yaml",
+            "k8s/crds/agents.x-k8s.io_sandboxes.yaml",
+            "k8s/rbac.generated.yaml",
+            # extensions.yaml
+            "k8s/crds/extensions.agents.x-k8s.io_sandboxclaims.yaml",
+            "k8s/crds/extensions.agents.x-k8s.io_sandboxtemplates.yaml",
+            "k8s/crds/extensions.agents.x-k8s.io_sandboxwarmpools.yaml",
+            "k8s/extensions-rbac.generated.yaml",
+            "k8s/extensions.controller.yaml",
+            "k8s/extensions.yaml",
+        ),
+        pin=ImagePin(
+            "Deployment",
+            "agent-sandbox-controller",
+            "agent-sandbox-controller",
+            "registry.k8s.io/agent-sandbox/agent-sandbox-controller:{version}",
+        ),
+    ),
     # The release file's DaemonSet reads the image's built-in counters; gridloop's
     # (with every health field) come from the chart's ConfigMap.
     Source(

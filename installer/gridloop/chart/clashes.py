@@ -134,15 +134,22 @@ def free_names(observed: Observed, planned: Planned) -> Check:
     taken = [e for e in observed.existing if (e.release, e.release_namespace) != ours]
     if taken:
         owners = sorted({(e.release, e.release_namespace) for e in taken if e.release})
-        fix = (
-            "uninstall "
-            + ", ".join(f"release {r} (namespace {ns})" for r, ns in owners)
-            + ", or choose another --release"
-            if owners
-            else f"delete them, or let release {planned.release} adopt them (label "
-            "app.kubernetes.io/managed-by=Helm, annotate meta.helm.sh/release-name and "
-            "meta.helm.sh/release-namespace)"
-        )
+        where = ", ".join(f"release {r} (namespace {ns})" for r, ns in owners)
+        if all(e.kept and e.release for e in taken):
+            # namespaces and the like an uninstall leaves behind on purpose, with what
+            # users made in them: Helm lets only a release of the same name take them back
+            fix = (
+                f"they outlive an uninstall (helm.sh/resource-policy: keep): install as "
+                f"{where} to take them back, or delete them"
+            )
+        elif owners:
+            fix = f"uninstall {where}, or choose another --release"
+        else:
+            fix = (
+                f"delete them, or let release {planned.release} adopt them (label "
+                "app.kubernetes.io/managed-by=Helm, annotate meta.helm.sh/release-name and "
+                "meta.helm.sh/release-namespace)"
+            )
         labels = [e.label() + (f" (release {e.release})" if e.release else "") for e in taken]
         return Check(
             name,

@@ -67,6 +67,8 @@ class Existing:
     name: str
     release: str = ""
     release_namespace: str = ""
+    # annotated helm.sh/resource-policy=keep: it outlives its release's uninstall
+    kept: bool = False
 
     def label(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""

@@ -233,6 +233,7 @@ def _existing(
             ref.name,
             annotations.get(objects.RELEASE_NAME, ""),
             annotations.get(objects.RELEASE_NAMESPACE, ""),
+            annotations.get(objects.RESOURCE_POLICY) == "keep",
         )
 
     with ThreadPoolExecutor(PARALLEL) as pool:

@@ -39,6 +39,7 @@ WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet")
 MANAGED_BY = "app.kubernetes.io/managed-by"
 RELEASE_NAME = "meta.helm.sh/release-name"
 RELEASE_NAMESPACE = "meta.helm.sh/release-namespace"
+RESOURCE_POLICY = "helm.sh/resource-policy"  # "keep": helm uninstall leaves the object
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -80,6 +80,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
             raise exits.Refused(refused)
 
     existing = releases.latest(api, release, namespace)
+    kept = _kept_namespaces(api, release, namespace) if existing is not None else []
     if existing is None:
         print(f"  - release {release} is not installed in {namespace}: nothing to uninstall")
     else:
@@ -94,8 +95,29 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
             f"  ✓ kept       {len(crds)} CRDs and {len(left)} custom resources not from the "
             "release (gridloop uninstall --purge deletes the CRDs)"
         )
+    if kept:
+        # helm.sh/resource-policy: keep (the chart's team and sandbox namespaces, and the
+        # upstream controllers'): deleting one deletes everything people made in it
+        print(
+            f"  ✓ kept       namespaces {', '.join(kept)} and what is in them "
+            f"(kubectl delete namespace NAME removes one)"
+        )
     print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
     return 0
+
+
+def _kept_namespaces(api: client.ApiClient, release: str, namespace: str) -> list[str]:
+    """The release's namespaces that `helm uninstall` leaves in place, sorted."""
+    out = []
+    for item in _metadata_list(api, "/api/v1/namespaces"):
+        annotations = item["metadata"].get("annotations") or {}
+        if (
+            annotations.get(objects.RESOURCE_POLICY) == "keep"
+            and annotations.get(objects.RELEASE_NAME) == release
+            and annotations.get(objects.RELEASE_NAMESPACE) == namespace
+        ):
+            out.append(str(item["metadata"]["name"]))
+    return sorted(out)
 
 
 def _ask(crds: int, left: int) -> bool:

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "components",
         nargs="*",
-        help="only these (etcd, kubernetes, kwok, helm, helm3, kueue, prometheus)",
+        help="only these (etcd, kubernetes, kwok, helm, helm3, kueue, agent-sandbox, trivy, "
+        "prometheus)",
     )
     p.set_defaults(func=cmd_build)
 

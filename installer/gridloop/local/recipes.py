@@ -167,6 +167,16 @@ RECIPES: tuple[Recipe, ...] = (
         ldflags=lambda comp: [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={comp.version}"],
         patches=KUEUE_PATCHES,
     ),
+    # agent-sandbox's controller, run by the chart tests against the local cluster, where
+    # kwok runs no container: the warm pool the chart renders is filled by the real
+    # controller. Upstream's Dockerfile sets no version variable (only -s -w).
+    Recipe(
+        component="agent-sandbox",
+        binaries={
+            "agent-sandbox-controller": "sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller"
+        },
+        ldflags=lambda comp: [],
+    ),
     Recipe(
         component="trivy",
         binaries={"trivy": "github.com/aquasecurity/trivy/cmd/trivy"},

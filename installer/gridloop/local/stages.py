@@ -2,8 +2,9 @@
 
 kwok does nothing without Stage objects; these say how a simulated node and a
 pod on it move through their lives:
-- node-initialize: a new node gets Ready conditions and keeps the capacity
-  (GPUs included) it was created with;
+- node-initialize: a new node gets Ready conditions, keeps the capacity (GPUs
+  included) it was created with, and reports the runtime handlers runc and
+  runsc (gVisor), as a kubelet on a node with gVisor installed does;
 - node-heartbeat: Ready nodes post their conditions every 5 to 5.5 minutes, as a
   kubelet does when nothing changed (its nodeStatusReportFrequency). Every
   watcher of nodes (scheduler, controller-manager, health service, `gridloop
@@ -73,6 +74,9 @@ nodeInfo:
   machineID: ""
   bootID: ""
   systemUUID: ""
+runtimeHandlers:
+- name: runc
+- name: runsc
 phase: Running
 """
 )
