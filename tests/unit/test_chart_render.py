@@ -24,6 +24,7 @@ import yaml
 from chart_files import CHART, EVERYTHING, PROFILE_NAMES, REPO, UPSTREAM_OFF
 
 from gridloop.bundle.sources import source_for
+from gridloop.chart.objects import quantity
 from gridloop.errors import BuildError
 from gridloop.fleet.catalog import GPU_MODELS
 from gridloop.fleet.schema import load_fleet
@@ -337,11 +338,45 @@ def test_flavor_products_and_capacity_match_the_catalog(render: Render, tmp_path
         flavor = named(docs, "ResourceFlavor", f"lab-{pool['name']}")
         assert flavor["spec"]["nodeLabels"]["nvidia.com/gpu.product"] == model.product
         quota = {r["name"]: r["nominalQuota"] for r in flavors[f"lab-{pool['name']}"]["resources"]}
-        assert quota == {
-            "cpu": str(3 * max(1, model.cpu_cores * 4 // 8)),
-            "memory": f"{3 * max(1, model.memory_gi * 4 // 8)}Gi",
-            "nvidia.com/gpu": "12",
-        }
+        assert quota.pop("cpu") == str(3 * max(1, model.cpu_cores * 4 // 8))
+        assert quota.pop("nvidia.com/gpu") == "12"
+        memory = 3 * max(1, model.memory_gi * 4 // 8)
+        assert quantity(quota["memory"]) == quantity(f"{memory}Gi")
+        assert quota["memory"] == canonical_gibibytes(memory)
+
+
+def canonical_gibibytes(n: int) -> str:
+    """How Kubernetes writes n GiB back: the largest binary unit that divides it."""
+    for unit in ("Ei", "Pi", "Ti", "Gi"):
+        size = 1024 ** ("Gi", "Ti", "Pi", "Ei").index(unit)
+        if n % size == 0:
+            return f"{n // size}{unit}" if n else "0"
+    raise AssertionError(n)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "memory"),
+    [(1, 8, "2Ti"), (3, 8, "6Ti"), (1, 3, "768Gi"), (4, 3, "3Ti")],
+    ids=["2048Gi", "6144Gi", "768Gi", "3072Gi"],
+)
+def test_memory_quotas_are_written_as_kubernetes_writes_them_back(
+    render: Render, tmp_path: Path, nodes: int, gpus: int, memory: str
+) -> None:
+    """Kueue's webhook stores 16384Gi as 16Ti: a quota written that way never diffs."""
+    site = {
+        "name": "lab",
+        "type": "on-prem",
+        "region": "lab",
+        "zones": ["r1"],
+        "pools": [{"name": "big", "gpu": "H100-80GB", "nodes": nodes, "gpusPerNode": gpus}],
+    }
+    docs = render(values_file(tmp_path, {"fleet": {"sites": [site]}}))
+    queue = named(docs, "ClusterQueue", "default")
+    (flavor,) = queue["spec"]["resourceGroups"][0]["flavors"]
+
+    quota = {r["name"]: r["nominalQuota"] for r in flavor["resources"]}
+
+    assert quota["memory"] == memory
 
 
 def test_schema_gpu_enum_is_the_catalog() -> None:

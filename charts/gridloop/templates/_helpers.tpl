@@ -100,6 +100,24 @@ people made there; deleting it is for them to do.
 helm.sh/resource-policy: keep
 {{- end }}
 
+{{- /*
+A whole number of GiB as Kubernetes writes the quantity back (its canonical form: the
+largest binary unit that divides it, 16384 -> 16Ti), so a ClusterQueue read back from a
+Kueue webhook (which stores quantities that way) or diffed by `--dry-run` shows no change.
+*/ -}}
+{{- define "gridloop.gibibytes" -}}
+{{- $n := int . -}}
+{{- $units := list "Gi" "Ti" "Pi" "Ei" -}}
+{{- $unit := 0 -}}
+{{- range $_ := until 3 -}}
+{{- if and (gt $n 0) (eq (mod $n 1024) 0) -}}
+{{- $n = div $n 1024 -}}
+{{- $unit = add1 $unit -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $n 0 -}}0{{- else -}}{{ printf "%d%s" $n (index $units $unit) }}{{- end -}}
+{{- end }}
+
 {{/* The namespace of the release. */}}
 {{- define "gridloop.namespace" -}}
 {{- .Release.Namespace -}}
