@@ -3,16 +3,17 @@
 1. Render: for each profile, `gridloop render` of the bundled chart with the default
    fleet as values (gridloop's own checks of the values and fleet, then `helm
    template`), against the baseline of plain `helm template` of the same chart and
-   values, run alternately `--repeat` times each; the median is reported. KAITO,
-   agent-sandbox and the DCGM exporter are off in every profile (not in the bundle).
+   values, run alternately `--repeat` times each; the median is reported. KAITO and
+   the DCGM exporter are off in every profile (not in the bundle).
 2. Install: on a local cluster (the default fleet, the real Kueue controller running),
    `gridloop install --profile local -f fleet-values.yaml --wait` from nothing to every
    Deployment ready, against the baseline of plain `helm install --wait` of the same
    bundled chart and values (Helm applying crds/ itself). Each install is uninstalled
-   and its namespaces deleted before the next; the two alternate, `--installs` times each.
+   and its namespaces (the kept ones too) deleted before the next; the two alternate,
+   `--installs` times each.
 
-The bundle is built as the chart tests build it (`gridloop bundle`, without KAITO,
-agent-sandbox and the DCGM exporter, whose release files cannot be downloaded here).
+The bundle is built as the chart tests build it (`gridloop bundle`, without KAITO and
+the DCGM exporter, whose release files cannot be downloaded here).
 
 Usage (binaries built, nothing else running on the machine):
 
@@ -42,10 +43,10 @@ from gridloop.local import building, cluster, kube
 REPO = Path(__file__).resolve().parents[1]
 BASE_PORT = 28900  # below the ephemeral port range; the other benches use 28400, 28500
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
-SKIPPED = frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito", "dcgm-exporter"})
 PROFILES = ("local", "minimal", "production")
 # what the bundle here lacks is off in every profile (production turns them on)
-NOT_BUNDLED = "kaito.enabled=false,agentSandbox.enabled=false,dcgmExporter.enabled=false"
+NOT_BUNDLED = "kaito.enabled=false,dcgmExporter.enabled=false"
 RELEASE = NAMESPACE = "gridloop-bench"
 
 
@@ -92,7 +93,8 @@ def _clean(api: client.ApiClient, env: dict[str, str]) -> None:
         check=False,
     )
     core = client.CoreV1Api(api)
-    names = (NAMESPACE, "team-default")
+    # the team and sandbox namespaces and agent-sandbox's are kept by uninstall
+    names = (NAMESPACE, "team-default", "agents", "agent-sandbox-system")
     for name in names:
         try:
             core.delete_namespace(name)

@@ -627,3 +627,38 @@ def _deployments_gone(apps: client.AppsV1Api):
         return check
 
     return [gone(f"{RELEASE}-health", NAMESPACE), gone("kuberay-operator", NAMESPACE)]
+
+
+def test_a_plain_helm_install_of_the_bundle_refuses_bad_values_and_readies_every_workload(
+    installed: Installed, local_cluster, eventually
+) -> None:
+    """After the module's release is gone: the bundled chart with Helm alone, no gridloop.
+    Helm installs crds/ itself (they exist: kept) and takes back the namespaces the
+    uninstall kept, since the release has the same name."""
+    values = ["-f", str(installed.chart / "profiles" / "local.yaml")]
+    values += ["-f", str(installed.work / "fleet-values.yaml")]
+    where = [RELEASE, str(installed.chart), "--namespace", NAMESPACE]
+
+    bad = installed.helm("install", *where, *values, "--set", "health.replicas=two")
+
+    assert bad.returncode != 0
+    # Helm names the key as a JSON pointer
+    assert "at '/health/replicas': got string, want integer" in bad.stderr, bad.stderr
+    assert installed.helm("status", RELEASE, "--namespace", NAMESPACE).returncode != 0
+
+    good = installed.helm("install", *where, *values, "--wait", "--timeout", "2m")
+    try:
+        assert good.returncode == 0, good.stderr
+        apps = client.AppsV1Api(local_cluster.api)
+        released = _release_workloads(installed)
+        assert {d["metadata"]["name"] for d in released} == {
+            f"{RELEASE}-health",
+            "kuberay-operator",
+            "agent-sandbox-controller",
+        }
+        for doc in released:
+            kind, name = doc["kind"], doc["metadata"]["name"]
+            namespace = doc["metadata"].get("namespace", NAMESPACE)
+            assert _ready(apps, kind, name, namespace), f"{kind} {namespace}/{name}"
+    finally:
+        installed.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
