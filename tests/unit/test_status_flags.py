@@ -37,6 +37,7 @@ current-context: x
             ["--context", "nope", "--once"],
             "error: --context nope: not in the kubeconfig (contexts: x)",
         ),
+        ([], "error: stdout is not a terminal: use --once (and --output json)"),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(flags, expected, tmp_path, gridloop):
@@ -54,42 +55,63 @@ def test_a_missing_kubeconfig_is_named(tmp_path, gridloop):
     assert result.stderr.strip() == f"error: --kubeconfig {tmp_path / 'none'}: no such file"
 
 
-def test_the_live_ui_reports_a_bad_context_found_after_its_first_frame_as_one_line(tmp_path):
-    """The live UI connects only once it is on screen; an unknown context found then
-    still ends the command with the same one line and exit code as before the UI."""
-    config = tmp_path / "kubeconfig"
-    config.write_text(KUBECONFIG)
-    primary, terminal = pty.openpty()  # stdout must be a terminal for the live UI
-    drained = threading.Thread(target=_drain, args=(primary,), daemon=True)
+def _on_a_terminal(args: list[str], stderr_too: bool) -> tuple[int, str]:
+    """Run `gridloop status` with stdout (and stderr when `stderr_too`) on a terminal;
+    return its exit code and what it wrote on stderr, wherever that went."""
+    primary, terminal = pty.openpty()
+    drawn: list[bytes] = []
+    drained = threading.Thread(target=_drain, args=(primary, drawn), daemon=True)
     drained.start()
     proc = subprocess.Popen(
-        [GRIDLOOP, "status", "--kubeconfig", str(config), "--context", "nope"],
+        [GRIDLOOP, "status", *args],
         stdin=terminal,
         stdout=terminal,
-        stderr=subprocess.PIPE,
+        stderr=terminal if stderr_too else subprocess.PIPE,
         text=True,
         env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"},
     )
     os.close(terminal)
     try:
-        _, stderr = proc.communicate(timeout=60)
+        _, piped = proc.communicate(timeout=60)
     finally:
         proc.kill()
         drained.join(5)
+    return proc.returncode, piped if not stderr_too else b"".join(drawn).decode(errors="replace")
+
+
+def test_the_live_ui_reports_a_bad_context_found_after_its_first_frame_as_one_line(tmp_path):
+    """The live UI connects only once it is on screen; an unknown context found then
+    still ends the command with the same one line and exit code as before the UI."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(KUBECONFIG)
+
+    code, written = _on_a_terminal(["--kubeconfig", str(config), "--context", "nope"], True)
 
     # Textual draws on stderr; the error comes after the UI has put the screen back
-    assert proc.returncode == 2, stderr
-    *_, after_ui = stderr.rpartition("\x1b[?1049l")  # the UI leaves the alternate screen
+    assert code == 2, written
+    *_, after_ui = written.rpartition("\x1b[?1049l")  # the UI leaves the alternate screen
     assert re.sub(r"\x1b\[[0-9;?<>=$]*[A-Za-z~]", "", after_ui).strip() == (
         "error: --context nope: not in the kubeconfig (contexts: x)"
     )
 
 
-def _drain(fd: int) -> None:
+def test_the_live_ui_refuses_when_stderr_is_not_a_terminal(tmp_path):
+    """Textual draws on stderr: with it sent elsewhere, the UI would draw where nobody
+    looks (`gridloop status 2>/dev/null` showed a blank terminal until q)."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(KUBECONFIG)
+
+    code, written = _on_a_terminal(["--kubeconfig", str(config)], False)
+
+    assert code == 2
+    assert written.strip() == "error: stderr is not a terminal: use --once (and --output json)"
+
+
+def _drain(fd: int, drawn: list[bytes]) -> None:
     """Read what the UI draws, so it never blocks on a full terminal."""
     try:
-        while os.read(fd, 65536):
-            pass
+        while chunk := os.read(fd, 65536):
+            drawn.append(chunk)
     except OSError:  # the last process holding the terminal closed it
         pass
     finally:

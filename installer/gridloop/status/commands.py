@@ -7,7 +7,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from gridloop.chart import locating
 from gridloop.errors import GridloopError, UsageError
@@ -120,8 +120,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     source = _source(args)
     if once or args.screenshot is not None:
         return _headless(args, source, once)
-    if not sys.stdout.isatty():
-        raise UsageError("stdout is not a terminal: use --once (and --output json)")
+    not_terminal = _not_terminal(sys.stdout, sys.__stderr__)
+    if not_terminal:
+        raise UsageError(f"{not_terminal} is not a terminal: use --once (and --output json)")
     from gridloop.status.app import StatusApp
 
     later = Later(source, args.interval)
@@ -140,6 +141,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     if later.error is not None:
         raise later.error
     return 0
+
+
+def _not_terminal(stdout: TextIO | None, stderr: TextIO | None) -> str:
+    """Which of stdout and stderr is not a terminal ("" when both are). The live view
+    needs both: Textual draws on stderr (`gridloop status 2>/dev/null` would show
+    nothing), and output sent to a file or a pipe wants --once."""
+    for name, stream in (("stdout", stdout), ("stderr", stderr)):
+        if stream is None or not stream.isatty():
+            return name
+    return ""
 
 
 def _headless(args: argparse.Namespace, source: Source, once: bool) -> int:
