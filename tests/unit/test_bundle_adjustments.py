@@ -215,3 +215,33 @@ def test_kuberay_and_the_exporter_are_integrated_from_any_origin() -> None:
 
     assert moved["metadata"]["namespace"] == RELEASE_NAMESPACE
     assert _pod(mounted)["volumes"][-1]["configMap"]["name"] == DCGM_COUNTERS_CONFIG_MAP
+
+
+@pytest.mark.parametrize(
+    ("args", "on"),
+    [
+        (["--extensions"], True),
+        (["--extensions=true"], True),
+        (["--extensions=false"], False),
+        ([], False),
+    ],
+    ids=["bare", "true", "false", "absent"],
+)
+def test_the_flag_the_charts_objects_need_is_on_or_the_bundle_fails(
+    args: list[str], on: bool
+) -> None:
+    container = {"name": "c", "image": "x", "args": args}
+    docs = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [container]}}},
+        }
+    ]
+
+    if on:
+        adjustments.check_flag(docs, "d", "c", "--extensions", "where")
+    else:
+        with pytest.raises(ManifestProblem, match="without --extensions, which the chart"):
+            adjustments.check_flag(docs, "d", "c", "--extensions", "where")

@@ -40,14 +40,17 @@ def _objects(component: str) -> list[dict[str, object]]:
     controller config, mounted by its Deployment.
     """
     namespace = "default" if component == "kuberay" else f"{component}-system"
+    # agent-sandbox's controller with the flag its extensions (SandboxTemplate) need
+    name = "agent-sandbox-controller" if component == "agent-sandbox" else component
+    args = ["--extensions"] if component == "agent-sandbox" else []
     workload = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet" if component == "dcgm-exporter" else "Deployment",
-        "metadata": {"name": component, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "template": {
                 "spec": {
-                    "containers": [{"name": component, "image": f"mirror/{component}:1"}],
+                    "containers": [{"name": name, "image": f"mirror/{component}:1", "args": args}],
                     "volumes": [{"name": "config", "configMap": {"name": "kueue-manager-config"}}],
                 }
             }
@@ -347,3 +350,56 @@ def test_the_command_reports_each_component_and_what_it_wrote(tmp_path: Path, gr
     assert "  ✓ kueue v0.17.1" in result.stdout and "mirror (3 objects)" in result.stdout
     assert f"wrote {out / 'gridloop'} (chart 0.3.0, 5 upstream components)" in result.stdout
     assert f"wrote {out / 'images.txt'} (6 images)" in result.stdout
+
+
+def _sandbox_release(folder: Path, core: str, extensions: str) -> None:
+    """agent-sandbox's two release files, as its release script writes them: both hold
+    the controller Deployment, the second with --extensions."""
+
+    def controller(*args: str) -> dict[str, object]:
+        container = {"name": "agent-sandbox-controller", "image": "mirror/sb:1", "args": args}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "agent-sandbox-controller", "namespace": "agent-sandbox-system"},
+            "spec": {"template": {"spec": {"containers": [container]}}},
+        }
+
+    folder.mkdir(parents=True)
+    (folder / core).write_text(yaml.safe_dump(controller("--leader-elect=true")))
+    (folder / extensions).write_text(
+        yaml.safe_dump(controller("--leader-elect=true", "--extensions"))
+    )
+
+
+def test_a_sandbox_mirror_read_in_the_wrong_order_fails_naming_the_missing_flag(
+    tmp_path: Path,
+) -> None:
+    mirror = tmp_path / "mirror"
+    _sandbox_release(mirror / "agent-sandbox", "manifest.yaml", "extensions.yaml")
+    skip = frozenset(COMPONENTS) - {"agent-sandbox"}
+
+    with pytest.raises(BuildError) as failed:
+        bundling.bundle(bundling.Request(out=tmp_path / "dist", mirror=mirror, skip=skip))
+
+    assert str(failed.value).startswith(
+        "agent-sandbox v0.2.1: Deployment 'agent-sandbox-controller' runs "
+        "'agent-sandbox-controller' without --extensions, which the chart's objects need: "
+    )
+    assert "(1-manifest.yaml, 2-extensions.yaml)" in str(failed.value)
+    assert not (tmp_path / "dist").exists()
+
+
+def test_a_sandbox_mirror_in_apply_order_keeps_the_extensions_controller_once(
+    tmp_path: Path,
+) -> None:
+    mirror = tmp_path / "mirror"
+    _sandbox_release(mirror / "agent-sandbox", "1-manifest.yaml", "2-extensions.yaml")
+    skip = frozenset(COMPONENTS) - {"agent-sandbox"}
+
+    result = bundling.bundle(bundling.Request(out=tmp_path / "dist", mirror=mirror, skip=skip))
+
+    emitted = result.folder / "upstream" / "agent-sandbox" / "agent-sandbox.yaml"
+    (deployment,) = list(yaml.safe_load_all(emitted.read_text()))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["--leader-elect=true", "--extensions"]

@@ -60,7 +60,23 @@ def integrate(source: Source, docs: list[Doc]) -> list[Doc]:
     for kind, name in source.chart_rendered:
         if kind == "ConfigMap":
             docs = restart_on_config_change(docs, name)
+    if source.needs_flag is not None:
+        check_flag(docs, *source.needs_flag, source.needs_flag_from)
     return docs
+
+
+def check_flag(docs: list[Doc], deployment: str, container: str, flag: str, where: str) -> None:
+    """The Deployment's container runs with `flag` (the chart's objects need it)."""
+    for doc in docs:
+        if doc.get("kind") == "Deployment" and name_of(doc) == deployment:
+            args = [str(a) for a in _container(doc, container).get("args") or []]
+            if flag in args or f"{flag}=true" in args:  # a boolean flag, on
+                return
+            raise ManifestProblem(
+                f"Deployment {deployment!r} runs {container!r} without {flag}, which the "
+                f"chart's objects need: {where}"
+            )
+    raise ManifestProblem(f"no Deployment {deployment!r}")
 
 
 def pin_image(docs: list[Doc], pin: ImagePin, version: str) -> list[Doc]:

@@ -66,6 +66,10 @@ class Source:
     release_namespace_from: str = ""
     # (DaemonSet, container) that must read the chart's DCGM counters ConfigMap
     dcgm_counters: tuple[str, str] | None = None
+    # (Deployment, container, flag) the chart's objects depend on, and where upstream
+    # sets it: checked on every origin, so a mirror missing it fails the bundle
+    needs_flag: tuple[str, str, str] | None = None
+    needs_flag_from: str = ""
 
     def fingerprint(self, comp: Component) -> str:
         """What the raw rendering depends on: a cached rendering with another is redone."""
@@ -141,6 +145,11 @@ SOURCES: tuple[Source, ...] = (
             "agent-sandbox-controller",
             "agent-sandbox-controller",
             "registry.k8s.io/agent-sandbox/agent-sandbox-controller:{version}",
+        ),
+        needs_flag=("agent-sandbox-controller", "agent-sandbox-controller", "--extensions"),
+        needs_flag_from=(
+            "upstream's extensions.yaml sets it; in a mirror it must come after manifest.yaml "
+            "in name order (1-manifest.yaml, 2-extensions.yaml)"
         ),
     ),
     # The release file's DaemonSet reads the image's built-in counters; gridloop's
