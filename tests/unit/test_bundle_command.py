@@ -352,9 +352,10 @@ def test_the_command_reports_each_component_and_what_it_wrote(tmp_path: Path, gr
     assert f"wrote {out / 'images.txt'} (6 images)" in result.stdout
 
 
-def _sandbox_release(folder: Path, core: str, extensions: str) -> None:
-    """agent-sandbox's two release files, as its release script writes them: both hold
-    the controller Deployment, the second with --extensions."""
+def _sandbox_release(tmp_path: Path, core: str, extensions: str) -> bundling.Request:
+    """A bundle of agent-sandbox alone from a mirror of its two release files, as its
+    release script writes them: both hold the controller Deployment, the second with
+    --extensions."""
 
     def controller(*args: str) -> dict[str, object]:
         container = {"name": "agent-sandbox-controller", "image": "mirror/sb:1", "args": args}
@@ -365,22 +366,23 @@ def _sandbox_release(folder: Path, core: str, extensions: str) -> None:
             "spec": {"template": {"spec": {"containers": [container]}}},
         }
 
+    folder = tmp_path / "mirror" / "agent-sandbox"
     folder.mkdir(parents=True)
     (folder / core).write_text(yaml.safe_dump(controller("--leader-elect=true")))
     (folder / extensions).write_text(
         yaml.safe_dump(controller("--leader-elect=true", "--extensions"))
     )
+    skip = frozenset(COMPONENTS) - {"agent-sandbox"}
+    return bundling.Request(out=tmp_path / "dist", mirror=tmp_path / "mirror", skip=skip)
 
 
 def test_a_sandbox_mirror_read_in_the_wrong_order_fails_naming_the_missing_flag(
     tmp_path: Path,
 ) -> None:
-    mirror = tmp_path / "mirror"
-    _sandbox_release(mirror / "agent-sandbox", "manifest.yaml", "extensions.yaml")
-    skip = frozenset(COMPONENTS) - {"agent-sandbox"}
+    request = _sandbox_release(tmp_path, "manifest.yaml", "extensions.yaml")
 
     with pytest.raises(BuildError) as failed:
-        bundling.bundle(bundling.Request(out=tmp_path / "dist", mirror=mirror, skip=skip))
+        bundling.bundle(request)
 
     assert str(failed.value).startswith(
         "agent-sandbox v0.2.1: Deployment 'agent-sandbox-controller' runs "
@@ -393,11 +395,9 @@ def test_a_sandbox_mirror_read_in_the_wrong_order_fails_naming_the_missing_flag(
 def test_a_sandbox_mirror_in_apply_order_keeps_the_extensions_controller_once(
     tmp_path: Path,
 ) -> None:
-    mirror = tmp_path / "mirror"
-    _sandbox_release(mirror / "agent-sandbox", "1-manifest.yaml", "2-extensions.yaml")
-    skip = frozenset(COMPONENTS) - {"agent-sandbox"}
+    request = _sandbox_release(tmp_path, "1-manifest.yaml", "2-extensions.yaml")
 
-    result = bundling.bundle(bundling.Request(out=tmp_path / "dist", mirror=mirror, skip=skip))
+    result = bundling.bundle(request)
 
     emitted = result.folder / "upstream" / "agent-sandbox" / "agent-sandbox.yaml"
     (deployment,) = list(yaml.safe_load_all(emitted.read_text()))
