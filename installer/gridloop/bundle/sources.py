@@ -119,7 +119,8 @@ SOURCES: tuple[Source, ...] = (
         chart_release="kaito-workspace",
         chart_namespace="kaito-workspace",
     ),
-    # agent-sandbox's release script (dev/tools/release) writes manifest.yaml from the
+    # agent-sandbox's release script (dev/tools/release, read on its main branch: the
+    # module zip leaves dev/tools out) writes manifest.yaml from the
     # module's k8s/**/*.yaml files without "extensions" in their name and extensions.yaml
     # from the others, each sorted, and sets the controller image; its docs apply the
     # first, then the second. extensions.controller.yaml restates the controller's
