@@ -9,8 +9,8 @@ uninstalls it, and the module's teardown removes whatever a failed test left beh
 CRDs are left in place: keeping them is what is tested.
 
 kwok runs no container, so the agent-sandbox controller the chart deploys does nothing
-here; the sandbox tests run the same controller, built from its pinned module, as a
-process on loopback with the cluster's admin kubeconfig.
+here; the one that fills the warm pool is the same controller, built from its pinned
+module, which `gridloop local up` runs on loopback beside the control plane.
 """
 
 from __future__ import annotations
@@ -369,42 +369,6 @@ def test_the_sandbox_template_and_warm_pool_are_accepted(installed: Installed, l
     assert pool["spec"]["replicas"] == 1  # the local profile's size
 
 
-@dataclass(frozen=True)
-class SandboxController:
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def tail(self) -> str:
-        lines = self.log.read_text(errors="replace").splitlines()
-        return "\n".join(line[:300] for line in lines[-15:])
-
-
-@pytest.fixture(scope="module")
-def sandbox_controller(installed: Installed) -> Iterator[SandboxController]:
-    """agent-sandbox's controller, as the chart's Deployment runs it (`--extensions`), with
-    leader election, metrics and probes off: it is the only one, and nothing scrapes it."""
-    log = installed.work / "agent-sandbox-controller.log"
-    cmd = [
-        str(building.binary("agent-sandbox-controller")),
-        f"--kubeconfig={installed.env['KUBECONFIG']}",
-        "--extensions",
-        "--leader-elect=false",
-        "--metrics-bind-address=0",
-        "--health-probe-bind-address=0",
-    ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield SandboxController(process, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _sandbox_pods(local_cluster) -> list[client.V1Pod]:
     return list(local_cluster.core.list_namespaced_pod(SANDBOX_NAMESPACE).items)
 
@@ -419,10 +383,9 @@ def _owner(pod: client.V1Pod) -> str:
 
 
 def test_the_real_controller_fills_the_warm_pool_with_gvisor_pods_the_policy_admits(
-    installed: Installed, local_cluster, sandbox_controller: SandboxController, eventually
+    installed: Installed, local_cluster, eventually
 ) -> None:
     def warm() -> bool:
-        assert sandbox_controller.process.poll() is None, sandbox_controller.tail()
         return any(
             _owner(p) == "SandboxWarmPool/default" and _running(p)
             for p in _sandbox_pods(local_cluster)
@@ -439,7 +402,7 @@ def test_the_real_controller_fills_the_warm_pool_with_gvisor_pods_the_policy_adm
 
 
 def test_a_claim_takes_a_warm_sandbox_and_the_pool_is_refilled(
-    installed: Installed, local_cluster, sandbox_controller: SandboxController, eventually
+    installed: Installed, local_cluster, eventually
 ) -> None:
     custom = client.CustomObjectsApi(local_cluster.api)
     eventually(

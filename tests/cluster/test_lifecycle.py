@@ -77,6 +77,7 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kube-scheduler",
         "kwok",
         "kueue",
+        "agent-sandbox",
         "dcgm-sim",
         "prometheus",
     ]
@@ -133,13 +134,17 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path, gridloop):
     )
     assert up.returncode == 0, up.stderr
     pids = [p["pid"] for p in _state_json(state_dir)["processes"]]
-    assert len(pids) == 8 and all(_running(pid) for pid in pids)
+    assert len(pids) == 9 and all(_running(pid) for pid in pids)
+    # `up` returns once Prometheus has scraped an exporter: GPU health is there at once
+    at_once = gridloop("status", "--once", "--kubeconfig", str(state_dir / "kubeconfig"))
+    assert at_once.returncode == 0, at_once.stdout + at_once.stderr
+    assert "STALE" not in at_once.stdout
 
     down = gridloop("local", "down", "--state-dir", str(state_dir))
 
     assert down.returncode == 0, down.stderr
     assert (
-        "stopped: gridloop-health, prometheus, dcgm-sim, kwok, kube-scheduler, "
+        "stopped: gridloop-health, prometheus, dcgm-sim, agent-sandbox, kwok, kube-scheduler, "
         "kube-controller-manager, kube-apiserver, etcd" in down.stdout
     )
     assert not [pid for pid in pids if _running(pid)]

@@ -23,7 +23,7 @@ from gridloop import versions
 from gridloop.bundle import bundling, caching, charting, fetching
 from gridloop.bundle.sources import COMPONENTS, source_for
 from gridloop.errors import BuildError
-from gridloop.local import building
+from gridloop.local import building, sandbox_installing
 from gridloop.versions import Component
 
 KEEP = "helm.sh/resource-policy"
@@ -198,3 +198,12 @@ def test_a_release_file_the_module_lacks_is_one_line_naming_it(tmp_path: Path) -
     message = str(failed.value)
     assert message.startswith(f"agent-sandbox {comp.version}: no readable k8s/no-such.yaml in ")
     assert "\n" not in message
+
+
+def test_local_up_applies_agent_sandboxes_crds_as_the_bundle_ships_them() -> None:
+    """`gridloop local up` applies these before it starts the controller; `gridloop
+    install` applies the bundle's crds/agent-sandbox.yaml: the same objects."""
+    crds = sandbox_installing.crds()
+
+    assert {crd["metadata"]["name"] for crd in crds} == SANDBOX_CRDS
+    assert all(crd["metadata"]["annotations"][KEEP] == "keep" for crd in crds)

@@ -30,6 +30,7 @@ ADDRESS_FLAGS = (
     "--web.listen-address",
     "--prometheus-url",
     "--listen",
+    "--health-probe-bind-address",
 )
 
 
@@ -47,6 +48,9 @@ def argvs(ports: Ports) -> dict[str, list[str]]:
         ),
         "gridloop-health": flags.health(
             Path("/bin/python"), ports, Path("/state/kubeconfig"), Path("/state/health.yaml")
+        ),
+        "agent-sandbox": flags.agent_sandbox(
+            Path("/bin/agent-sandbox-controller"), ports, Path("/state/kubeconfig")
         ),
     }
 
@@ -107,6 +111,8 @@ def test_no_argument_names_a_wildcard_address(process: str) -> None:
         ("kube-scheduler", "--secure-port", str(BASE + 4)),
         ("kube-apiserver", "--secure-port", str(BASE + 43)),
         ("kube-apiserver", "--etcd-servers", f"http://127.0.0.1:{BASE}"),
+        ("agent-sandbox", "--health-probe-bind-address", f"127.0.0.1:{BASE + 12}"),
+        ("agent-sandbox", "--metrics-bind-address", "0"),  # off: it would take every address
     ],
 )
 def test_each_process_uses_its_own_port(process: str, flag: str, expected: str) -> None:
@@ -118,7 +124,7 @@ def test_ports_from_base_are_distinct_and_apiserver_is_base_plus_43(base: int) -
     ports = Ports.from_base(base)
 
     by_process = ports.by_process()
-    assert len(set(by_process.values())) == len(by_process) == 13
+    assert len(set(by_process.values())) == len(by_process) == 14
     assert ports.etcd == base
     assert ports.apiserver == base + 43
     assert all(base <= port <= 65535 for port in by_process.values())
@@ -139,6 +145,7 @@ def test_by_process_names_every_control_plane_process() -> None:
         "kueue (webhook)",
         "kueue (metrics)",
         "kueue (visibility)",
+        "agent-sandbox",
     }
 
 

@@ -9,11 +9,13 @@ the pid it recorded and checks that every port is free again.
 
 from __future__ import annotations
 
+import json
 import shutil
 import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from gridloop.local import (
     kueue_manifests,
     processes,
     recipes,
+    sandbox_installing,
     simulated_nodes,
     stages,
 )
@@ -48,9 +51,12 @@ Say = Callable[[str], None]
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # when the fleet asks for it: Kueue's controller, after its CRDs and webhooks are applied
 KUEUE = "kueue"
+AGENT_SANDBOX = "agent-sandbox"  # its controller, the process (sandbox_installing.py)
+AGENT_SANDBOX_BINARY = "agent-sandbox-controller"
 # simulated dcgm-exporters, a real Prometheus scraping them, the health service
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 START_TIMEOUT = 60.0
+FIRST_SCRAPE_TIMEOUT = 30.0  # seconds; the scrape interval is 5 s
 
 
 def default_health_policy() -> Path:
@@ -120,7 +126,12 @@ def up(
         _stop_all(previous)
     kueue = fleet.kueue.enabled
     extra = GPU_HEALTH if health_service else GPU_HEALTH[:-1]
-    components = [*ORDER, *((KUEUE,) if kueue else ()), *(extra if gpu_health else ())]
+    components = [
+        *ORDER,
+        *((KUEUE,) if kueue else ()),
+        AGENT_SANDBOX,
+        *(extra if gpu_health else ()),
+    ]
     processes.check_ports_free(ports.used_by(components))
     binaries = _binaries(say, gpu_health, kueue)
 
@@ -148,6 +159,7 @@ def up(
             api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )
         _converge_kueue(state, binaries, api, say, kueue)
+        _converge_agent_sandbox(state, binaries, say)
         if gpu_health:
             _ensure_namespace(api, flags.HEALTH_NAMESPACE)
             if kueue:
@@ -155,6 +167,7 @@ def up(
                     api, flags.HEALTH_NAMESPACE, _kueue_token(state)
                 )
             _start_all(state, binaries, say, tuple(c for c in components if c in GPU_HEALTH))
+            _wait_first_scrape(state.ports, say)
     except BaseException:
         _stop_all(state)
         raise
@@ -184,6 +197,39 @@ def _converge_kueue(
     _start_all(state, binaries, say, (KUEUE,))
 
 
+def _converge_agent_sandbox(state: State, binaries: dict[str, Path], say: Say) -> None:
+    """agent-sandbox's CRDs applied and its controller running."""
+    t0 = time.monotonic()
+    applied = sandbox_installing.install(
+        binaries["kubectl"], state.kubeconfig, state.dir / AGENT_SANDBOX
+    )
+    say(f"agent-sandbox: {applied} CRDs applied, Established in {time.monotonic() - t0:.1f}s")
+    _start_all(state, binaries, say, (AGENT_SANDBOX,))
+
+
+def _wait_first_scrape(ports: Ports, say: Say) -> None:
+    """Return once Prometheus has tried a first exporter, so `gridloop status` right
+    after `up` shows GPU health rather than "no DCGM series"; say so after the timeout
+    (`up` still succeeds: the scrapes may only be slow)."""
+    from gridloop.health.reading import EVAL_LAG_S
+
+    query = urllib.parse.quote(f'count(up{{job="{flags.EXPORTER_JOB}"}})')
+    deadline = time.monotonic() + FIRST_SCRAPE_TIMEOUT
+    while time.monotonic() < deadline:
+        # evaluated when status and the health service will: EVAL_LAG_S before now
+        at = f"{time.time() - EVAL_LAG_S:.3f}"
+        url = f"http://{LOOPBACK}:{ports.prometheus}/api/v1/query?query={query}&time={at}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if json.loads(resp.read()).get("data", {}).get("result"):
+                    return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    waited = f"{FIRST_SCRAPE_TIMEOUT:.0f}s"
+    say(f"prometheus: no exporter scraped after {waited}; GPU health shows once one is")
+
+
 def _kueue_token(state: State) -> Path:
     return state.dir / "kueue" / "prometheus.token"
 
@@ -209,6 +255,7 @@ def _binaries(say: Say, gpu_health: bool, kueue: bool) -> dict[str, Path]:
     and the scanner are for the tests, not for a cluster)."""
     names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
     names += (KUEUE,) if kueue else ()
+    names += (AGENT_SANDBOX_BINARY,)
     needed = {r.component for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
     missing = [c for c in building.missing_components() if c in needed]
     if missing:
@@ -292,6 +339,8 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             return flags.health(
                 binaries["python"], ports, state.kubeconfig, state.dir / "health-policy.yaml"
             )
+        case "agent-sandbox":
+            return flags.agent_sandbox(binaries[AGENT_SANDBOX_BINARY], ports, state.kubeconfig)
         case "kueue":
             return flags.kueue(
                 binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
@@ -314,6 +363,7 @@ def _health_url(name: str, ports: Ports) -> str:
         "prometheus": f"http://{LOOPBACK}:{ports.prometheus}/-/ready",
         "gridloop-health": f"http://{LOOPBACK}:{ports.health}/readyz",
         "kueue": f"http://{LOOPBACK}:{ports.kueue}/readyz",
+        AGENT_SANDBOX: f"http://{LOOPBACK}:{ports.agent_sandbox}/readyz",
     }[name]
 
 

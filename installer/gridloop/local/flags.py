@@ -42,6 +42,7 @@ _OFFSETS = {
     "kueue_webhook": 9,
     "kueue_metrics": 10,
     "kueue_visibility": 11,
+    "agent_sandbox": 12,  # agent-sandbox's controller's health probes (/healthz, /readyz)
     "apiserver": 43,
 }
 DEFAULT_BASE_PORT = 36400
@@ -61,6 +62,7 @@ class Ports:
     kueue_webhook: int
     kueue_metrics: int
     kueue_visibility: int
+    agent_sandbox: int
     apiserver: int
 
     @classmethod
@@ -86,6 +88,7 @@ class Ports:
             "kueue_webhook": "kueue (webhook)",
             "kueue_metrics": "kueue (metrics)",
             "kueue_visibility": "kueue (visibility)",
+            "agent_sandbox": "agent-sandbox",
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}
@@ -343,6 +346,20 @@ def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[st
         f"--config={config}",
         f"--kubeconfig={kubeconfig}",
         f"--visibility-server-port={ports.kueue_visibility}",
+    ]
+
+
+def agent_sandbox(binary: Path, ports: Ports, kubeconfig: Path) -> list[str]:
+    """agent-sandbox's controller with its extensions (SandboxTemplate, SandboxClaim,
+    SandboxWarmPool), as the chart's Deployment runs it; the only one, so no leader
+    election; no metrics listener (the dashboards' agent-sandbox series are simulated)."""
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        "--extensions",
+        "--leader-elect=false",
+        "--metrics-bind-address=0",
+        f"--health-probe-bind-address={LOOPBACK}:{ports.agent_sandbox}",
     ]
 
 

@@ -62,19 +62,20 @@ def install(kubectl: Path, kubeconfig: Path, folder: Path, webhook_port: int, ca
     objects.write_text(manifests.dump(docs))
     base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
     apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
-    _kubectl(
+    run_kubectl(
         [*base, *apply, "-f", str(objects)],
         "applying Kueue's CRDs, RBAC and webhook configurations",
     )
     crds = [f"crd/{name}" for name in kueue_manifests.crd_names(docs)]
-    _kubectl(
+    run_kubectl(
         [*base, "wait", "--for=condition=Established", f"--timeout={ESTABLISHED_TIMEOUT}s", *crds],
         "waiting for Kueue's CRDs to be Established",
     )
     return len(docs)
 
 
-def _kubectl(argv: list[str], what: str) -> None:
+def run_kubectl(argv: list[str], what: str) -> None:
+    """Run the built kubectl; a failure is one line naming `what` and kubectl's last line."""
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]

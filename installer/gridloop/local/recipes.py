@@ -167,9 +167,10 @@ RECIPES: tuple[Recipe, ...] = (
         ldflags=lambda comp: [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={comp.version}"],
         patches=KUEUE_PATCHES,
     ),
-    # agent-sandbox's controller, run by the chart tests against the local cluster, where
-    # kwok runs no container: the warm pool the chart renders is filled by the real
-    # controller. Upstream's Dockerfile sets no version variable (only -s -w).
+    # agent-sandbox's controller, run by `gridloop local up` beside the control plane
+    # (sandbox_installing.py), where kwok runs no container: the warm pool the chart
+    # renders is filled by the real controller. Upstream's Dockerfile sets no version
+    # variable (only -s -w).
     Recipe(
         component="agent-sandbox",
         binaries={
