@@ -76,10 +76,10 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
-        "kueue",
-        "agent-sandbox",
         "dcgm-sim",
         "prometheus",
+        "kueue",
+        "agent-sandbox",
     ]
     assert info["nodes"] == {"ready": 24, "total": 24, "expected": 24}
     assert info["state_dir"] == str(local_cluster.state.dir)
@@ -144,7 +144,7 @@ def test_down_stops_every_process_and_frees_every_port(tmp_path, gridloop):
 
     assert down.returncode == 0, down.stderr
     assert (
-        "stopped: gridloop-health, prometheus, dcgm-sim, agent-sandbox, kwok, kube-scheduler, "
+        "stopped: gridloop-health, agent-sandbox, prometheus, dcgm-sim, kwok, kube-scheduler, "
         "kube-controller-manager, kube-apiserver, etcd" in down.stdout
     )
     assert not [pid for pid in pids if _running(pid)]

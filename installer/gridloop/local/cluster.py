@@ -125,13 +125,12 @@ def up(
         say(f"found a partly running cluster ({', '.join(p.name for p in alive)}): restarting it")
         _stop_all(previous)
     kueue = fleet.kueue.enabled
-    extra = GPU_HEALTH if health_service else GPU_HEALTH[:-1]
-    components = [
-        *ORDER,
-        *((KUEUE,) if kueue else ()),
-        AGENT_SANDBOX,
-        *(extra if gpu_health else ()),
-    ]
+    # in start order: the exporters and Prometheus right after the nodes, so their first
+    # scrapes overlap the controllers' CRD applies; the health service last (it reads
+    # what Kueue and Prometheus serve)
+    metrics = GPU_HEALTH[:-1] if gpu_health else ()
+    service = GPU_HEALTH[-1:] if gpu_health and health_service else ()
+    components = [*ORDER, *metrics, *((KUEUE,) if kueue else ()), AGENT_SANDBOX, *service]
     processes.check_ports_free(ports.used_by(components))
     binaries = _binaries(say, gpu_health, kueue)
 
@@ -158,6 +157,8 @@ def up(
         ready = simulated_nodes.wait_ready(
             api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )
+        # Prometheus starts without Kueue's scrape token: it reads the file on each scrape
+        _start_all(state, binaries, say, metrics)
         _converge_kueue(state, binaries, api, say, kueue)
         _converge_agent_sandbox(state, binaries, say)
         if gpu_health:
@@ -166,7 +167,7 @@ def up(
                 kueue_installing.write_scraper_token(
                     api, flags.HEALTH_NAMESPACE, _kueue_token(state)
                 )
-            _start_all(state, binaries, say, tuple(c for c in components if c in GPU_HEALTH))
+            _start_all(state, binaries, say, service)
             _wait_first_scrape(state.ports, say)
     except BaseException:
         _stop_all(state)
