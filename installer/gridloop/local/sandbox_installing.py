@@ -6,7 +6,7 @@ the same controller, built from its pinned module, as a process on loopback, as 
 Kueue. controller-runtime stops when a kind it watches is not served, so its CRDs are
 applied first, server-side, from the rendering `gridloop bundle` makes (the rendering
 cache, else the Go module); `gridloop install` applies the same CRDs again, unchanged,
-and they stay when the cluster's users delete the chart. Only the CRDs: the chart brings
+and `helm uninstall` leaves them. Only the CRDs: the chart brings
 the controller's Namespace, ServiceAccount and RBAC (applying them here would make them
 objects the release does not own), and the process uses the cluster admin's
 credentials, as kwok does.
