@@ -227,7 +227,7 @@ def test_down_stops_kueue_and_an_up_without_it_removes_its_webhooks(tmp_path, gr
         down = gridloop("local", "down", "--state-dir", str(state_dir))
 
         assert down.returncode == 0, down.stderr
-        assert "stopped: kueue, kwok," in down.stdout
+        assert "stopped: agent-sandbox, kueue, kwok," in down.stdout
         assert not [p for p in kueue_ports if processes.listening(p)]
 
         fleet.write_text(TINY_FLEET % "false")
