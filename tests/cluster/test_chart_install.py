@@ -593,7 +593,7 @@ def _deployments_gone(apps: client.AppsV1Api):
 
 
 def test_a_plain_helm_install_of_the_bundle_refuses_bad_values_and_readies_every_workload(
-    installed: Installed, local_cluster, eventually
+    installed: Installed, local_cluster
 ) -> None:
     """After the module's release is gone: the bundled chart with Helm alone, no gridloop.
     Helm installs crds/ itself (they exist: kept) and takes back the namespaces the
