@@ -9,13 +9,11 @@ the pid it recorded and checks that every port is free again.
 
 from __future__ import annotations
 
-import json
 import shutil
 import ssl
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -211,21 +209,17 @@ def _converge_agent_sandbox(state: State, binaries: dict[str, Path], say: Say) -
 def _wait_first_scrape(ports: Ports, say: Say) -> None:
     """Return once Prometheus has tried a first exporter, so `gridloop status` right
     after `up` shows GPU health rather than "no DCGM series"; say so after the timeout
-    (`up` still succeeds: the scrapes may only be slow)."""
-    from gridloop.health.reading import EVAL_LAG_S
+    (`up` still succeeds: the scrapes may only be slow). Read as status and the health
+    service read it (reading.read: evaluated a little before now)."""
+    from gridloop.health import reading
 
-    query = urllib.parse.quote(f'count(up{{job="{flags.EXPORTER_JOB}"}})')
+    prom = reading.connect(f"http://{LOOPBACK}:{ports.prometheus}")
+    query = {"up": f'up{{job="{flags.EXPORTER_JOB}"}}'}
     deadline = time.monotonic() + FIRST_SCRAPE_TIMEOUT
     while time.monotonic() < deadline:
-        # evaluated when status and the health service will: EVAL_LAG_S before now
-        at = f"{time.time() - EVAL_LAG_S:.3f}"
-        url = f"http://{LOOPBACK}:{ports.prometheus}/api/v1/query?query={query}&time={at}"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if json.loads(resp.read()).get("data", {}).get("result"):
-                    return
-        except (urllib.error.URLError, OSError, ValueError):
-            pass
+        answers = reading.read(prom, query)
+        if not isinstance(answers, str) and answers["up"]:
+            return
         time.sleep(0.2)
     waited = f"{FIRST_SCRAPE_TIMEOUT:.0f}s"
     say(f"prometheus: no exporter scraped after {waited}; GPU health shows once one is")

@@ -12,7 +12,6 @@ new pod. Its CRDs stay, with whatever objects users made of them.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,11 +23,9 @@ from gridloop.bundle import caching, fetching, manifests
 from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import source_for
 from gridloop.errors import BuildError, ClusterError, one_line
-from gridloop.local import kueue_manifests
+from gridloop.local import applying, kueue_manifests
 from gridloop.local.kueue_manifests import LOCAL_LABEL
 
-FIELD_MANAGER = "gridloop-local"
-ESTABLISHED_TIMEOUT = 60  # seconds
 TOKEN_SECONDS = 365 * 24 * 3600  # as long as the local certificates
 
 
@@ -58,28 +55,15 @@ def install(kubectl: Path, kubeconfig: Path, folder: Path, webhook_port: int, ca
         )
     except ManifestProblem as problem:
         raise BuildError(f"{fetching.label(comp)}: {problem}") from problem
-    objects = folder / "objects.yaml"
-    objects.write_text(manifests.dump(docs))
-    base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
-    apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
-    run_kubectl(
-        [*base, *apply, "-f", str(objects)],
-        "applying Kueue's CRDs, RBAC and webhook configurations",
-    )
-    crds = [f"crd/{name}" for name in kueue_manifests.crd_names(docs)]
-    run_kubectl(
-        [*base, "wait", "--for=condition=Established", f"--timeout={ESTABLISHED_TIMEOUT}s", *crds],
-        "waiting for Kueue's CRDs to be Established",
+    applying.apply_established(
+        kubectl,
+        kubeconfig,
+        folder / "objects.yaml",
+        docs,
+        kueue_manifests.crd_names(docs),
+        "Kueue",
     )
     return len(docs)
-
-
-def run_kubectl(argv: list[str], what: str) -> None:
-    """Run the built kubectl; a failure is one line naming `what` and kubectl's last line."""
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ClusterError(f"{what} failed: {last[:300]}")
 
 
 def remove_webhooks(api: client.ApiClient) -> int:

@@ -20,7 +20,7 @@ from gridloop import versions
 from gridloop.bundle import bundling, manifests
 from gridloop.bundle.manifests import CRD, Doc
 from gridloop.bundle.sources import source_for
-from gridloop.local.kueue_installing import ESTABLISHED_TIMEOUT, FIELD_MANAGER, run_kubectl
+from gridloop.local import applying
 
 COMPONENT = "agent-sandbox"
 
@@ -35,14 +35,8 @@ def install(kubectl: Path, kubeconfig: Path, folder: Path) -> int:
     """Apply the CRDs server-side; return how many, once every one is Established."""
     docs = crds()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "crds.yaml"
-    path.write_text(manifests.dump(docs))
-    base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
-    apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
-    run_kubectl([*base, *apply, "-f", str(path)], "applying agent-sandbox's CRDs")
-    names = [f"crd/{manifests.name_of(doc)}" for doc in docs]
-    run_kubectl(
-        [*base, "wait", "--for=condition=Established", f"--timeout={ESTABLISHED_TIMEOUT}s", *names],
-        "waiting for agent-sandbox's CRDs to be Established",
+    names = [manifests.name_of(doc) for doc in docs]
+    applying.apply_established(
+        kubectl, kubeconfig, folder / "crds.yaml", docs, names, "agent-sandbox"
     )
     return len(docs)
