@@ -6,7 +6,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup build demo down test test-unit lint bench clean
+.PHONY: setup host-packages build demo down test test-unit lint bench clean
+
+# Debian packages the local cluster's container nodes need on the host (buildah builds
+# their images); installed with apt-get when missing and running as root
+HOST_PACKAGES := buildah
 
 setup: $(STAMP)
 
@@ -16,8 +20,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-# builds etcd, kube-*, kubectl, kwok and helm from Go modules, once per version
-build: setup
+host-packages:
+	@missing=""; for p in $(HOST_PACKAGES); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	  else echo "error: the local cluster needs:$$missing (sudo apt-get install$$missing)" >&2; exit 2; fi; \
+	fi
+
+# builds etcd, kube-*, kubectl, kwok, helm, containerd, gVisor and the rest from Go
+# modules (and unpacks runc, the CNI plugins and busybox from Debian), once per version
+build: setup host-packages
 	$(BIN)/gridloop local build
 
 # start the local cluster with the default simulated GPU fleet, install the bundle on it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -9,14 +10,17 @@ from typing import Any
 import pytest
 
 from gridloop.fleet import (
+    CONTAINER_NODE_LABEL,
     LABEL_POOL,
     LABEL_SITE,
     LABEL_ZONE,
     SIMULATED_LABEL,
+    ContainerNodes,
     Fleet,
     load_fleet,
     node_manifest,
     parse_fleet,
+    planned_container_nodes,
     planned_nodes,
 )
 
@@ -191,3 +195,85 @@ def test_site_and_pool_labels_match_the_planned_node() -> None:
             node.pool,
             node.zone,
         )
+
+
+# --- container nodes: real kubelets, planned from the fleet's containerNodes ---
+
+
+def with_container_nodes(fleet: Fleet, nodes: int, pod_subnet: str) -> Fleet:
+    return dataclasses.replace(fleet, container_nodes=ContainerNodes(nodes, pod_subnet))
+
+
+def test_three_container_nodes_get_consecutive_slash_24s_and_their_gateways() -> None:
+    fleet = with_container_nodes(load_fleet(DEFAULT_FLEET), 3, "10.200.0.0/16")
+
+    planned = [
+        (node.name, node.index, node.pod_cidr, node.node_ip, node.gateway)
+        for node in planned_container_nodes(fleet)
+    ]
+
+    assert planned == [
+        ("system-000", 0, "10.200.0.0/24", "10.200.0.1", "10.200.0.1"),
+        ("system-001", 1, "10.200.1.0/24", "10.200.1.1", "10.200.1.1"),
+        ("system-002", 2, "10.200.2.0/24", "10.200.2.1", "10.200.2.1"),
+    ]
+
+
+def test_the_narrowest_pod_subnet_still_holds_three_nodes() -> None:
+    fleet = with_container_nodes(load_fleet(DEFAULT_FLEET), 3, "172.30.4.0/22")
+
+    cidrs = [node.pod_cidr for node in planned_container_nodes(fleet)]
+
+    assert cidrs == ["172.30.4.0/24", "172.30.5.0/24", "172.30.6.0/24"]
+
+
+def test_a_fleet_without_container_nodes_plans_none() -> None:
+    fleet = one_site_fleet(["a"], [("h100", "H100-80GB", 2, 8)])
+
+    assert planned_container_nodes(fleet) == []
+
+
+def test_container_nodes_carry_only_labels_a_kubelet_may_set_on_itself() -> None:
+    (node,) = planned_container_nodes(load_fleet(DEFAULT_FLEET))
+
+    assert node.labels == {LABEL_POOL: "system", CONTAINER_NODE_LABEL: "true"}
+    # NodeRestriction refuses a kubelet's --node-labels in these domains
+    for key in node.labels:
+        domain = key.split("/")[0]
+        assert not domain.endswith(("kubernetes.io", "k8s.io")), key
+    assert SIMULATED_LABEL not in node.labels, "kwok must leave a real kubelet's node alone"
+
+
+def test_container_nodes_do_not_change_the_simulated_nodes() -> None:
+    fleet = load_fleet(DEFAULT_FLEET)
+    without = dataclasses.replace(fleet, container_nodes=None)
+
+    assert planned_nodes(fleet) == planned_nodes(without)
+    assert (fleet.node_count, fleet.gpu_count) == (without.node_count, without.gpu_count)
+
+
+def test_a_gpu_site_named_system_cannot_take_a_container_node_name() -> None:
+    # GPU names are <site>-<pool>-<index>: always one '-' more than system-<index>, so
+    # the file needs no rule against this and is accepted.
+    doc = {
+        "apiVersion": "gridloop.io/v1alpha1",
+        "kind": "Fleet",
+        "metadata": {"name": "test"},
+        "containerNodes": {"nodes": 3},
+        "sites": [
+            {
+                "name": "system",
+                "type": "cloud",
+                "region": "r",
+                "zones": ["z"],
+                "pools": [{"name": "000", "gpu": "L4", "nodes": 3, "gpusPerNode": 8}],
+            }
+        ],
+    }
+    fleet = parse_fleet(doc)
+
+    gpu_names = {node.name for node in planned_nodes(fleet)}
+    container_names = {node.name for node in planned_container_nodes(fleet)}
+
+    assert gpu_names == {"system-000-000", "system-000-001", "system-000-002"}
+    assert container_names == {"system-000", "system-001", "system-002"}

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gridloop.fleet import GPU_MODELS, FleetError, load_fleet, parse_fleet
+from gridloop.fleet import GPU_MODELS, ContainerNodes, FleetError, load_fleet, parse_fleet
+from gridloop.fleet.schema import SERVICE_RANGE, SIMULATED_POD_RANGE
+from gridloop.local import flags
 
 REPO = Path(__file__).parents[2]
 DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
@@ -240,3 +243,118 @@ def test_missing_fleet_file_is_a_fleet_error(tmp_path: Path) -> None:
 def test_fleet_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         parse_fleet([])
+
+
+# --- containerNodes: real CPU nodes beside the simulated GPU fleet ---
+
+
+def with_container_nodes(block: object) -> dict[str, Any]:
+    return {**fleet_doc(), "containerNodes": block}
+
+
+def test_fleet_without_container_nodes_is_kwok_only() -> None:
+    fleet = parse_fleet(fleet_doc())
+
+    assert fleet.container_nodes is None
+    assert fleet.container_node_count == 0
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ({}, ContainerNodes(nodes=1, pod_subnet="10.200.0.0/16")),
+        ({"nodes": 3}, ContainerNodes(nodes=3, pod_subnet="10.200.0.0/16")),
+        ({"podSubnet": "172.30.0.0/22"}, ContainerNodes(nodes=1, pod_subnet="172.30.0.0/22")),
+        ({"nodes": 2, "podSubnet": "192.168.0.0/16"}, ContainerNodes(2, "192.168.0.0/16")),
+    ],
+    ids=["empty-block-takes-defaults", "three-nodes", "narrowest-subnet", "both-set"],
+)
+def test_container_nodes_fill_in_defaults(block: dict[str, Any], expected: ContainerNodes) -> None:
+    fleet = parse_fleet(with_container_nodes(block))
+
+    assert fleet.container_nodes == expected
+    assert fleet.container_node_count == expected.nodes
+
+
+def test_container_nodes_are_not_counted_as_gpu_nodes() -> None:
+    fleet = parse_fleet(with_container_nodes({"nodes": 3}))
+
+    assert (fleet.node_count, fleet.gpu_count) == (6, 2 * 8 + 4 + 3 * 8)
+
+
+def test_default_fleet_has_one_container_node() -> None:
+    fleet = load_fleet(DEFAULT_FLEET)
+
+    assert fleet.container_nodes == ContainerNodes(nodes=1, pod_subnet="10.200.0.0/16")
+
+
+_NODES = "fleet.yaml: containerNodes.nodes: must be an integer from 1 to 3, got"
+_SUBNET = "fleet.yaml: containerNodes.podSubnet:"
+_NOT_A_CIDR = f"{_SUBNET} must be an IPv4 CIDR such as 10.200.0.0/16, got"
+CONTAINER_NODES_BAD_INPUTS = [
+    (
+        "unknown-key",
+        {"foo": 1},
+        "fleet.yaml: containerNodes: unknown field 'foo' (allowed: nodes, podSubnet)",
+    ),
+    ("null-block", None, "fleet.yaml: containerNodes: must be a mapping, got null"),
+    ("zero-nodes", {"nodes": 0}, f"{_NODES} 0"),
+    ("four-nodes", {"nodes": 4}, f"{_NODES} 4"),
+    ("nodes-a-word", {"nodes": "two"}, f"{_NODES} 'two'"),
+    ("nodes-a-bool", {"nodes": True}, f"{_NODES} true"),
+    ("subnet-not-an-address", {"podSubnet": "banana/16"}, f"{_NOT_A_CIDR} 'banana/16'"),
+    ("subnet-prefix-33", {"podSubnet": "10.200.0.0/33"}, f"{_NOT_A_CIDR} '10.200.0.0/33'"),
+    ("subnet-without-prefix", {"podSubnet": "10.200.0.0"}, f"{_NOT_A_CIDR} '10.200.0.0'"),
+    ("subnet-a-number", {"podSubnet": 10}, f"{_NOT_A_CIDR} 10"),
+    (
+        "subnet-ipv6",
+        {"podSubnet": "fd00::/64"},
+        f"{_SUBNET} must be an IPv4 CIDR, got IPv6 'fd00::/64'",
+    ),
+    (
+        "subnet-too-narrow",
+        {"podSubnet": "10.200.0.0/23"},
+        f"{_SUBNET} prefix length must be between 8 and 22, got /23",
+    ),
+    (
+        "subnet-too-wide",
+        {"podSubnet": "10.0.0.0/7"},
+        f"{_SUBNET} prefix length must be between 8 and 22, got /7",
+    ),
+    (
+        "subnet-host-bits-set",
+        {"podSubnet": "10.200.0.1/16"},
+        f"{_SUBNET} 10.200.0.1/16 is not a network address: use 10.200.0.0/16",
+    ),
+    (
+        "subnet-overlaps-services",
+        {"podSubnet": "10.96.0.0/12"},
+        f"{_SUBNET} 10.96.0.0/12 overlaps the local cluster's Service range 10.96.0.0/16: "
+        "choose another range",
+    ),
+    (
+        "subnet-overlaps-simulated-pods",
+        {"podSubnet": "10.244.128.0/20"},
+        f"{_SUBNET} 10.244.128.0/20 overlaps the local cluster's simulated pods' range "
+        "10.244.0.0/16: choose another range",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [case[1:] for case in CONTAINER_NODES_BAD_INPUTS],
+    ids=[case[0] for case in CONTAINER_NODES_BAD_INPUTS],
+)
+def test_every_bad_container_nodes_block_gives_exactly_one_line(
+    block: object, message: str
+) -> None:
+    with pytest.raises(FleetError) as caught:
+        parse_fleet(with_container_nodes(block), "fleet.yaml")
+
+    assert str(caught.value) == message
+
+
+def test_ranges_the_pod_subnet_must_avoid_are_the_ones_the_cluster_uses() -> None:
+    assert ip_network(SERVICE_RANGE) == ip_network(flags.SERVICE_CIDR)
+    assert ip_network(SIMULATED_POD_RANGE) == ip_network(flags.POD_CIDR, strict=False)

@@ -1,18 +1,22 @@
 """The fleet: the one place the GPU fleet (sites, pools, GPU models) is described.
 
-A fleet file is parsed and validated here (``load_fleet``, ``parse_fleet``), expanded
-into the nodes it describes (``planned_nodes``) and rendered as the Node objects kwok
-simulates (``node_manifest``). The chart's Kueue objects, the DCGM simulator and the
+A fleet file is parsed and validated here (``schema``: ``load_fleet``, ``parse_fleet``),
+expanded into the nodes it describes (``nodes``: ``planned_nodes``, and the real CPU nodes
+``planned_container_nodes``) and rendered as the Node objects kwok simulates
+(``node_manifest``). ``host_networks`` tells whether the container nodes' pod range
+overlaps a network of this host. The chart's Kueue objects, the DCGM simulator and the
 dashboards derive from the same ``Fleet``, so a GPU model, a label key or a node name is
 defined once, here.
 
-This package is a pure core: it reads a file when asked to and otherwise only turns data
-into data. It must never talk to a cluster.
+This package is a pure core: it reads a file, or the host's addresses and routes
+(``host_networks.read_host_networks``), when asked to, and otherwise only turns data into
+data. It must never talk to a cluster.
 """
 
 from gridloop.fleet.catalog import GPU_MODELS, KNOWN_GPU_MODELS, GpuModel, gpu_model
 from gridloop.fleet.generate import dump_fleet, generate_fleet
 from gridloop.fleet.nodes import (
+    CONTAINER_NODE_LABEL,
     KWOK_NODE_ANNOTATION,
     LABEL_ARCH,
     LABEL_GPU_COUNT,
@@ -29,15 +33,19 @@ from gridloop.fleet.nodes import (
     LABEL_ZONE,
     RESOURCE_GPU,
     SIMULATED_LABEL,
+    PlannedContainerNode,
     PlannedNode,
+    container_node_name,
     iter_planned_nodes,
     node_manifest,
+    planned_container_nodes,
     planned_nodes,
 )
 from gridloop.fleet.schema import (
     API_VERSION,
     KIND,
     SITE_TYPES,
+    ContainerNodes,
     Fleet,
     FleetError,
     KueueOptions,
@@ -51,6 +59,7 @@ from gridloop.fleet.schema import (
 
 __all__ = [
     "API_VERSION",
+    "CONTAINER_NODE_LABEL",
     "GPU_MODELS",
     "KIND",
     "KNOWN_GPU_MODELS",
@@ -71,14 +80,17 @@ __all__ = [
     "RESOURCE_GPU",
     "SIMULATED_LABEL",
     "SITE_TYPES",
+    "ContainerNodes",
     "Fleet",
     "FleetError",
     "GpuModel",
     "KueueOptions",
+    "PlannedContainerNode",
     "PlannedNode",
     "Pool",
     "Site",
     "SiteType",
+    "container_node_name",
     "dump_fleet",
     "generate_fleet",
     "gpu_model",
@@ -87,5 +99,6 @@ __all__ = [
     "node_manifest",
     "node_name",
     "parse_fleet",
+    "planned_container_nodes",
     "planned_nodes",
 ]

@@ -7,12 +7,17 @@ and an allocatable a little below capacity as a real kubelet reserves. Label key
 module constants so the chart renderer, the health service and the simulator import them
 instead of retyping strings.
 
+The fleet's optional container nodes are the exception: real CPU nodes, each with a real
+kubelet and containerd, planned here too (``planned_container_nodes``) so their names,
+pod ranges and labels are decided in one place.
+
 Everything here is pure: fleet in, plain data out. Creating the Nodes is someone else's
 job, and this module must never talk to the cluster.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +41,11 @@ LABEL_POOL = "gridloop.io/pool"
 # The kwok controller is started with a node selector on this label: it manages exactly
 # the nodes gridloop simulates and leaves any real node alone.
 SIMULATED_LABEL = "gridloop.io/simulated"
+# On the nodes with a real kubelet (containerNodes). A kubelet sets its own labels with
+# --node-labels, and the NodeRestriction admission plugin refuses kubernetes.io and k8s.io
+# keys there, so every label a container node gets is in gridloop.io.
+CONTAINER_NODE_LABEL = "gridloop.io/container-node"
+CONTAINER_NODE_POOL = "system"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 RESOURCE_GPU = "nvidia.com/gpu"
 
@@ -139,6 +149,52 @@ def iter_planned_nodes(fleet: Fleet) -> Iterator[PlannedNode]:
 def planned_nodes(fleet: Fleet) -> list[PlannedNode]:
     """All nodes of the fleet as a list (see ``iter_planned_nodes`` for order and zones)."""
     return list(iter_planned_nodes(fleet))
+
+
+@dataclass(frozen=True)
+class PlannedContainerNode:
+    """One real CPU node: its pods get addresses from ``pod_cidr`` on a local bridge whose
+    gateway, ``node_ip``, is also the node's InternalIP."""
+
+    name: str
+    index: int
+    pod_cidr: str
+    node_ip: str
+
+    @property
+    def gateway(self) -> str:
+        return self.node_ip
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {LABEL_POOL: CONTAINER_NODE_POOL, CONTAINER_NODE_LABEL: "true"}
+
+
+def container_node_name(index: int) -> str:
+    """``system-000``, ``system-001``, ...: never a GPU node's name, which joins a site and a
+    pool with '-' before its index and so has at least two '-' where this has one."""
+    return f"{CONTAINER_NODE_POOL}-{index:03d}"
+
+
+def planned_container_nodes(fleet: Fleet) -> list[PlannedContainerNode]:
+    """The fleet's container nodes (none when it has no ``containerNodes``); node ``i``
+    gets the ``i``-th /24 of ``podSubnet`` and that range's first host address."""
+    if fleet.container_nodes is None:
+        return []
+    subnet = ipaddress.IPv4Network(fleet.container_nodes.pod_subnet)
+    ranges = subnet.subnets(new_prefix=24)
+    planned = []
+    for index in range(fleet.container_nodes.nodes):
+        pod_cidr = next(ranges)
+        planned.append(
+            PlannedContainerNode(
+                name=container_node_name(index),
+                index=index,
+                pod_cidr=pod_cidr.with_prefixlen,
+                node_ip=str(pod_cidr.network_address + 1),
+            )
+        )
+    return planned
 
 
 def node_manifest(planned: PlannedNode) -> dict[str, Any]:

@@ -13,6 +13,7 @@ the YAML file. Neither may touch the cluster.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -32,13 +33,24 @@ MAX_GPUS_PER_NODE = 16
 # Kubernetes object names used as label values (node names, hostname label) stop at 63.
 MAX_NODE_NAME = 63
 
+MAX_CONTAINER_NODES = 3
+DEFAULT_POD_SUBNET = "10.200.0.0/16"
+# Node i of the container nodes gets the i-th /24 of podSubnet: at most /22 leaves room
+# for MAX_CONTAINER_NODES of them, and /8 is as wide as a sensible private range gets.
+POD_SUBNET_PREFIXES = (8, 22)
+# Ranges the local cluster already uses (gridloop.local.flags holds the same values, and
+# tests/unit/test_fleet_schema.py keeps them equal): container pods must not overlap them.
+SERVICE_RANGE = "10.96.0.0/16"
+SIMULATED_POD_RANGE = "10.244.0.0/16"
+
 SiteType = Literal["cloud", "on-prem"]
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
-_TOP_KEYS = ("apiVersion", "kind", "metadata", "sites", "kueue")
+_TOP_KEYS = ("apiVersion", "kind", "metadata", "sites", "kueue", "containerNodes")
 _KUEUE_KEYS = ("enabled",)
+_CONTAINER_NODE_KEYS = ("nodes", "podSubnet")
 _METADATA_KEYS = ("name",)
 _SITE_KEYS = ("name", "type", "region", "zones", "pools")
 _POOL_KEYS = ("name", "gpu", "nodes", "gpusPerNode", "instanceType")
@@ -111,16 +123,32 @@ class KueueOptions:
 
 
 @dataclass(frozen=True)
+class ContainerNodes:
+    """Real CPU nodes beside the simulated GPU fleet: each runs a real kubelet and
+    containerd, so pods on them really run. ``pod_subnet`` is an IPv4 CIDR; node ``i``
+    gets its ``i``-th /24 (see ``gridloop.fleet.nodes.planned_container_nodes``)."""
+
+    nodes: int = 1
+    pod_subnet: str = DEFAULT_POD_SUBNET
+
+
+@dataclass(frozen=True)
 class Fleet:
     """The whole fleet, as validated by ``parse_fleet``."""
 
     name: str
     sites: tuple[Site, ...]
     kueue: KueueOptions = KueueOptions()
+    container_nodes: ContainerNodes | None = None
 
     @property
     def node_count(self) -> int:
+        """GPU nodes only: the simulator and Kueue's quotas are sized by these."""
         return sum(site.node_count for site in self.sites)
+
+    @property
+    def container_node_count(self) -> int:
+        return 0 if self.container_nodes is None else self.container_nodes.nodes
 
     @property
     def gpu_count(self) -> int:
@@ -157,7 +185,10 @@ def parse_fleet(data: object, source: str = "fleet") -> Fleet:
     sites = tuple(_site(raw, f"sites[{i}]", source) for i, raw in enumerate(raw_sites))
     _check_unique_names(sites, source)
     kueue = _kueue(top.get("kueue", {}), source)
-    return Fleet(name=name, sites=sites, kueue=kueue)
+    container_nodes = None
+    if "containerNodes" in top:
+        container_nodes = _container_nodes(top["containerNodes"], source)
+    return Fleet(name=name, sites=sites, kueue=kueue, container_nodes=container_nodes)
 
 
 def _kueue(data: object, source: str) -> KueueOptions:
@@ -166,6 +197,45 @@ def _kueue(data: object, source: str) -> KueueOptions:
     if not isinstance(enabled, bool):
         raise FleetError(source, "kueue.enabled", f"must be true or false, got {_show(enabled)}")
     return KueueOptions(enabled=enabled)
+
+
+def _container_nodes(data: object, source: str) -> ContainerNodes:
+    raw = _mapping(data, "containerNodes", source, _CONTAINER_NODE_KEYS)
+    nodes = raw.get("nodes", 1)
+    if not _is_int(nodes) or not 1 <= nodes <= MAX_CONTAINER_NODES:
+        message = f"must be an integer from 1 to {MAX_CONTAINER_NODES}, got {_show(nodes)}"
+        raise FleetError(source, "containerNodes.nodes", message)
+    subnet = _pod_subnet(raw.get("podSubnet", DEFAULT_POD_SUBNET), source)
+    return ContainerNodes(nodes=nodes, pod_subnet=subnet)
+
+
+def _pod_subnet(data: object, source: str) -> str:
+    path = "containerNodes.podSubnet"
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+    if isinstance(data, str) and "/" in data:
+        try:
+            network = ipaddress.ip_network(data, strict=False)
+        except ValueError:
+            network = None
+    if network is None:
+        message = f"must be an IPv4 CIDR such as {DEFAULT_POD_SUBNET}, got {_show(data)}"
+        raise FleetError(source, path, message)
+    if network.version != 4:
+        raise FleetError(source, path, f"must be an IPv4 CIDR, got IPv6 {_show(data)}")
+    low, high = POD_SUBNET_PREFIXES
+    if not low <= network.prefixlen <= high:
+        message = f"prefix length must be between {low} and {high}, got /{network.prefixlen}"
+        raise FleetError(source, path, message)
+    if network.with_prefixlen != data:
+        raise FleetError(source, path, f"{data} is not a network address: use {network}")
+    for used, what in (
+        (SERVICE_RANGE, "Service range"),
+        (SIMULATED_POD_RANGE, "simulated pods' range"),
+    ):
+        if network.overlaps(ipaddress.ip_network(used)):
+            message = f"{data} overlaps the local cluster's {what} {used}: choose another range"
+            raise FleetError(source, path, message)
+    return network.with_prefixlen
 
 
 def _site(data: object, path: str, source: str) -> Site:

@@ -1,6 +1,7 @@
 """`gridloop local build`: build upstream binaries from Go modules into a cache.
 
-Each component lands in `<cache>/<component>-<version>/bin/`, with its build
+Each recipe lands in `<cache>/<recipe>-<version>/bin/` (a recipe is named for its
+component, or for what it builds from it: `kubernetes-node`, `pause`), with its build
 log beside it and a `.complete` stamp written last. A component whose stamp
 matches its recipe is never rebuilt, so a warm run takes seconds; a failed or
 interrupted build leaves no stamp and is redone. Builds run one at a time: a
@@ -28,6 +29,7 @@ from gridloop.local.recipes import RECIPES, Recipe, binary_names
 from gridloop.versions import Component
 
 STAMP = ".complete"
+VERSION_FILE = "version"  # beside a C program's bin/: the version upstream's Makefile gives it
 LOCAL_COPY = "upstream"  # the folder, inside a build's src/, holding a module to patch
 MIN_GO = (1, 26)
 
@@ -45,12 +47,12 @@ class Progress:
 Reporter = Callable[[Progress], None]
 
 
-def component_dir(comp: Component) -> Path:
-    return paths.cache_root() / f"{comp.name}-{comp.version}"
+def recipe_dir(recipe: Recipe, comp: Component) -> Path:
+    return paths.cache_root() / f"{recipe.name}-{comp.version}"
 
 
 def _is_cached(recipe: Recipe, comp: Component) -> bool:
-    folder = component_dir(comp)
+    folder = recipe_dir(recipe, comp)
     stamp = folder / STAMP
     if not stamp.is_file():
         return False
@@ -67,7 +69,7 @@ def binary(name: str) -> Path:
     for recipe in RECIPES:
         if name in binary_names(recipe):
             comp = versions.get(recipe.component)
-            path = component_dir(comp) / "bin" / name
+            path = recipe_dir(recipe, comp) / "bin" / name
             if _is_cached(recipe, comp):
                 return path
             raise BuildError(f"{name} {comp.version} is not built yet: run `gridloop local build`")
@@ -75,7 +77,8 @@ def binary(name: str) -> Path:
 
 
 def missing_components() -> list[str]:
-    return [r.component for r in RECIPES if not _is_cached(r, versions.get(r.component))]
+    """The recipes (by name) whose binaries are not cached yet."""
+    return [r.name for r in RECIPES if not _is_cached(r, versions.get(r.component))]
 
 
 def check_go(for_what: str) -> str:
@@ -95,9 +98,14 @@ def check_go(for_what: str) -> str:
 
 
 def build(components: Iterable[str] | None = None, report: Reporter = lambda p: None) -> None:
-    """Build every component (or those named) that is not already cached."""
-    wanted = list(components) if components is not None else [r.component for r in RECIPES]
-    todo = [r for r in RECIPES if r.component in wanted]
+    """Build every recipe (or those named: a component names all of its recipes) that is
+    not already cached."""
+    wanted = list(components) if components is not None else [r.name for r in RECIPES]
+    unknown = sorted(set(wanted) - {n for r in RECIPES for n in (r.name, r.component)})
+    if unknown:
+        known = ", ".join(r.name for r in RECIPES)
+        raise BuildError(f"nothing to build called {', '.join(unknown)} (known: {known})")
+    todo = [r for r in RECIPES if r.name in wanted or r.component in wanted]
     for recipe in todo:
         comp = versions.get(recipe.component)
         if _is_cached(recipe, comp):
@@ -106,6 +114,9 @@ def build(components: Iterable[str] | None = None, report: Reporter = lambda p: 
             continue
         if recipe.debian_files:
             _unpack_debian(recipe, comp, report)
+            continue
+        if recipe.c_programs:
+            _compile_c(check_go(f"{comp.name} {comp.version}"), recipe, comp, report)
             continue
         go = check_go(f"{comp.name} {comp.version}")
         _build_component(go, recipe, comp, report)
@@ -135,12 +146,12 @@ def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], what: str) -
 
 
 def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter) -> None:
-    folder = component_dir(comp)
+    folder = recipe_dir(recipe, comp)
     src, bindir, log = folder / "src", folder / "bin", folder / "build.log"
     (folder / STAMP).unlink(missing_ok=True)
     src.mkdir(parents=True, exist_ok=True)
     bindir.mkdir(parents=True, exist_ok=True)
-    log.write_text(f"gridloop local build: {comp.name} {comp.version} ({comp.module})\n")
+    log.write_text(f"gridloop local build: {recipe.name} {comp.version} ({comp.module})\n")
     env = _go_env(folder)
     if recipe.experiments:
         env["GOEXPERIMENT"] = ",".join(recipe.experiments)
@@ -191,9 +202,71 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         _run(cmd, src, log, env, f"{what}: {name}")
         tmp.replace(bindir / name)
         report(Progress(comp.name, comp.version, name, "built", time.monotonic() - start, log))
+    _stamp(folder, recipe, comp)
+
+
+def _stamp(folder: Path, recipe: Recipe, comp: Component) -> None:
     (folder / STAMP).write_text(
         json.dumps({"fingerprint": recipe.fingerprint(comp), "built": time.time()}) + "\n"
     )
+
+
+def _compile_c(go: str, recipe: Recipe, comp: Component, report: Reporter) -> None:
+    """C programs of a Go module (the pause program): the module from the Go module proxy,
+    compiled with the host's gcc and the flags of upstream's Makefile."""
+    folder = recipe_dir(recipe, comp)
+    bindir, log = folder / "bin", folder / "build.log"
+    (folder / STAMP).unlink(missing_ok=True)
+    bindir.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"gridloop local build: {recipe.name} {comp.version} ({comp.module})\n")
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise BuildError(
+            f"gcc not found on PATH: needed to build {recipe.name} (apt-get install gcc)"
+        )
+    env, what = _go_env(folder), f"building {recipe.name} {comp.version}"
+    info = json.loads(
+        _run(
+            [go, "mod", "download", "-json", f"{comp.module}@{comp.version}"],
+            folder,
+            log,
+            env,
+            f"{what}: downloading {comp.module}",
+        )
+    )
+    version = pause_version(Path(info["Dir"]))
+    (folder / VERSION_FILE).write_text(version + "\n")
+    for name, source in recipe.c_programs.items():
+        report(Progress(recipe.name, comp.version, name, "building", log=log))
+        start, tmp = time.monotonic(), bindir / f".{name}.tmp"
+        flags = [*recipe.cflags(comp), f"-DVERSION=v{version}"]
+        _run([gcc, *flags, "-o", str(tmp), str(Path(info["Dir"]) / source)], folder, log, env, what)
+        tmp.replace(bindir / name)
+        report(Progress(recipe.name, comp.version, name, "built", time.monotonic() - start, log))
+    _stamp(folder, recipe, comp)
+
+
+def built_version(name: str) -> str:
+    """The version a C program's recipe recorded at build time (the pause image's tag)."""
+    from gridloop.local.recipes import recipe_for
+
+    recipe = recipe_for(name)
+    folder = recipe_dir(recipe, versions.get(recipe.component))
+    try:
+        return (folder / VERSION_FILE).read_text().strip()
+    except OSError as err:
+        raise BuildError(f"{name} is not built yet: run `gridloop local build`") from err
+
+
+def pause_version(module_dir: Path) -> str:
+    """The pause image's version, the `TAG ?=` of the module's build/pause/Makefile."""
+    from gridloop.local.recipes import PAUSE_MAKEFILE
+
+    text = (module_dir / PAUSE_MAKEFILE).read_text()
+    m = re.search(r"^TAG\s*\?=\s*(\S+)", text, re.M)
+    if not m:
+        raise BuildError(f"{PAUSE_MAKEFILE}: no `TAG ?=` line: update recipes.py for this version")
+    return m.group(1)
 
 
 def _copy_module(module_dir: Path, dest: Path) -> Path:
@@ -247,7 +320,7 @@ def _shim_source(pkg: str) -> str:
 
 def _unpack_debian(recipe: Recipe, comp: Component, report: Reporter) -> None:
     """`apt-get download` the pinned package and unpack its binaries: no install, no service."""
-    folder = component_dir(comp)
+    folder = recipe_dir(recipe, comp)
     src, bindir, log = folder / "src", folder / "bin", folder / "build.log"
     (folder / STAMP).unlink(missing_ok=True)
     shutil.rmtree(src, ignore_errors=True)
@@ -279,6 +352,4 @@ def _unpack_debian(recipe: Recipe, comp: Component, report: Reporter) -> None:
         shutil.copy2(src / "root" / inside, bindir / name)
     deb.unlink()
     report(Progress(comp.name, comp.version, comp.debian, "built", time.monotonic() - start, log))
-    (folder / STAMP).write_text(
-        json.dumps({"fingerprint": recipe.fingerprint(comp), "built": time.time()}) + "\n"
-    )
+    _stamp(folder, recipe, comp)

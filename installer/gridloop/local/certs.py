@@ -44,7 +44,11 @@ CLIENTS = {
     "kwok": ("gridloop-kwok", ["system:masters"]),
     # Kueue's controller as its upstream ServiceAccount, so upstream's RBAC applies to it
     "kueue": (kueue_manifests.USER, list(kueue_manifests.GROUPS)),
+    # the API server's identity towards kubelets (logs, exec, port-forward), as kubeadm's
+    # apiserver-kubelet-client: the kubelets authorize it through the API server
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ["system:masters"]),
 }
+NODE_GROUP = "system:nodes"
 CONTEXT = "gridloop-local"
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
@@ -222,34 +226,55 @@ def ensure_loopback_server(pki: Pki, folder: Path, cn: str, dns: tuple[str, ...]
     return folder
 
 
+def ensure_node(pki: Pki, folder: Path, node: str, node_ip: str) -> None:
+    """A container node's identities, signed by the cluster CA, in `folder`: its kubelet's
+    client certificate (`system:node:<node>` in `system:nodes`, what the Node authorizer
+    and NodeRestriction know), and the kubelet's serving certificate for its address,
+    which the API server checks (--kubelet-certificate-authority) before logs and exec."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca = _ca(pki.dir, "ca", "gridloop-local-ca")
+    issue(folder, "kubelet-client", ca, f"system:node:{node}", orgs=[NODE_GROUP])
+    issue(folder, "kubelet-serving", ca, node, dns=(node,), ips=(node_ip,), server=True)
+
+
+def write_node_kubeconfig(pki: Pki, folder: Path, server: str, path: Path) -> None:
+    """The kubelet's kubeconfig: the node's client certificate from `ensure_node`."""
+    ca = base64.b64encode(pki.path("ca.crt").read_bytes()).decode()
+    crt, key = folder / "kubelet-client.crt", folder / "kubelet-client.key"
+    _write_kubeconfig(path, _kubeconfig(ca, server, "kubelet", crt, key))
+
+
+def _kubeconfig(ca: str, server: str, client: str, crt: Path, key: Path) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": CONTEXT, "cluster": {"server": server, "certificate-authority-data": ca}}
+        ],
+        "users": [
+            {
+                "name": f"{CONTEXT}-{client}",
+                "user": {
+                    "client-certificate-data": base64.b64encode(crt.read_bytes()).decode(),
+                    "client-key-data": base64.b64encode(key.read_bytes()).decode(),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": f"{CONTEXT}-{client}"}}
+        ],
+        "current-context": CONTEXT,
+    }
+
+
+def _write_kubeconfig(path: Path, doc: dict[str, object]) -> None:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+
+
 def write_kubeconfigs(pki: Pki, server: str) -> None:
     """One kubeconfig per client identity, pointing at `server`, certificates inlined."""
     ca = base64.b64encode(pki.path("ca.crt").read_bytes()).decode()
     for client in CLIENTS:
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": CONTEXT, "cluster": {"server": server, "certificate-authority-data": ca}}
-            ],
-            "users": [
-                {
-                    "name": f"{CONTEXT}-{client}",
-                    "user": {
-                        "client-certificate-data": base64.b64encode(
-                            pki.path(f"{client}.crt").read_bytes()
-                        ).decode(),
-                        "client-key-data": base64.b64encode(
-                            pki.path(f"{client}.key").read_bytes()
-                        ).decode(),
-                    },
-                }
-            ],
-            "contexts": [
-                {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": f"{CONTEXT}-{client}"}}
-            ],
-            "current-context": CONTEXT,
-        }
-        path = pki.kubeconfig(client)
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        path.chmod(0o600)
+        crt, key = pki.path(f"{client}.crt"), pki.path(f"{client}.key")
+        _write_kubeconfig(pki.kubeconfig(client), _kubeconfig(ca, server, client, crt, key))

@@ -39,7 +39,10 @@ from gridloop.local import (
     simulated_nodes,
     stages,
 )
+from gridloop.local.container import starting as container
+from gridloop.local.container import sweeping
 from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local.images import registry
 from gridloop.local.processes import Proc
 from gridloop.local.state import State, load
 
@@ -53,6 +56,8 @@ AGENT_SANDBOX = "agent-sandbox"  # its controller, the process (sandbox_installi
 AGENT_SANDBOX_BINARY = "agent-sandbox-controller"
 # simulated dcgm-exporters, a real Prometheus scraping them, the health service
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
+# with container nodes: the local registry they pull images from, started before them
+REGISTRY = "registry"
 START_TIMEOUT = 60.0
 FIRST_SCRAPE_TIMEOUT = 30.0  # seconds; the scrape interval is 5 s
 
@@ -103,7 +108,8 @@ def up(
     health_service: bool = True,
 ) -> UpResult:
     """Start the cluster; with `gpu_health`, also the simulated dcgm-exporters and
-    Prometheus, and (unless `health_service` is False) the health service itself."""
+    Prometheus, and (unless `health_service` is False) the health service itself; with
+    the fleet's container nodes, the registry, the images and the nodes' kubelets."""
     fleet = read_fleet(fleet_path)
     policy_path = health_policy or default_health_policy()
     if gpu_health:
@@ -128,9 +134,14 @@ def up(
     # what Kueue and Prometheus serve)
     metrics = GPU_HEALTH[:-1] if gpu_health else ()
     service = GPU_HEALTH[-1:] if gpu_health and health_service else ()
-    components = [*ORDER, *metrics, *((KUEUE,) if kueue else ()), AGENT_SANDBOX, *service]
+    nodes = container.process_names(fleet)
+    real = (REGISTRY, *nodes) if nodes else ()
+    components = [*ORDER, *real, *metrics, *((KUEUE,) if kueue else ()), AGENT_SANDBOX, *service]
     processes.check_ports_free(ports.used_by(components))
-    binaries = _binaries(say, gpu_health, kueue)
+    if previous is not None and not alive:
+        _sweep(previous, None)  # a cluster that died without `down` may have left pods
+    container.check(fleet, str(fleet_path), state_dir)
+    binaries = _binaries(say, gpu_health, kueue, bool(nodes))
 
     state = State(
         dir=state_dir,
@@ -155,6 +166,8 @@ def up(
         ready = simulated_nodes.wait_ready(
             api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )
+        if nodes:
+            _start_container_nodes(state, fleet, binaries, api, say)
         # Prometheus starts without Kueue's scrape token: it reads the file on each scrape
         _start_all(state, binaries, say, metrics)
         _converge_kueue(state, binaries, api, say, kueue)
@@ -171,6 +184,38 @@ def up(
         _stop_all(state)
         raise
     return UpResult(state, False, started, ready, result.created, result.deleted)
+
+
+def _start_container_nodes(
+    state: State, fleet: Fleet, binaries: dict[str, Path], api: client.ApiClient, say: Say
+) -> None:
+    """The registry, the images the nodes need, then each node's containerd and kubelet."""
+    from gridloop.local.images import pushing
+
+    _start_all(state, binaries, say, (REGISTRY,))
+    t0 = time.monotonic()
+    pause = pushing.ensure_images(state.ports.registry, binaries)
+    say(f"images: in the local registry in {time.monotonic() - t0:.1f}s")
+
+    def record(proc: Proc) -> None:
+        state.processes.append(proc)
+        state.save()
+
+    container.start(
+        fleet,
+        state.dir,
+        state.ports,
+        certs.Pki(state.dir / "pki"),
+        state.server,
+        binaries,
+        pause,
+        record,
+        lambda _name, port: _http_ok(f"http://{LOOPBACK}:{port}/healthz", state),
+        say,
+    )
+    names = [n.name for n in container.nodes(fleet, state.dir)]
+    took = container.wait_ready(api, names)
+    say(f"container nodes: {len(names)} Ready in {took:.1f}s")
 
 
 def _converge_kueue(
@@ -194,6 +239,31 @@ def _converge_kueue(
     )
     say(f"kueue: {applied} objects applied, CRDs Established in {time.monotonic() - t0:.1f}s")
     _start_all(state, binaries, say, (KUEUE,))
+    _wait_webhooks(api, say)
+
+
+def _wait_webhooks(api: client.ApiClient, say: Say) -> None:
+    """Return once every fail-closed webhook `up` applied answers: until then the API server
+    refuses every request they match (a Deployment, a Job)."""
+    import json
+
+    from gridloop.local import webhook_waiting
+
+    admission = client.AdmissionregistrationV1Api(api)
+    configs = []
+    for lister in (
+        admission.list_mutating_webhook_configuration,
+        admission.list_validating_webhook_configuration,
+    ):
+        resp = lister(label_selector=kueue_manifests.LOCAL_LABEL, _preload_content=False)
+        configs += json.loads(resp.data)["items"]
+    hooks = webhook_waiting.blocking_webhooks(configs)
+    t0 = time.monotonic()
+    silent = webhook_waiting.wait_answering(hooks, START_TIMEOUT, webhook_waiting.post_hook)
+    if silent:
+        names = ", ".join(sorted({h.name for h in silent}))
+        raise ClusterError(f"kueue: webhooks not answering after {START_TIMEOUT:.0f}s: {names}")
+    say(f"kueue: {len(hooks)} webhooks answering in {time.monotonic() - t0:.1f}s")
 
 
 def _converge_agent_sandbox(state: State, binaries: dict[str, Path], say: Say) -> None:
@@ -245,13 +315,14 @@ def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
     return report
 
 
-def _binaries(say: Say, gpu_health: bool, kueue: bool) -> dict[str, Path]:
+def _binaries(say: Say, gpu_health: bool, kueue: bool, nodes: bool) -> dict[str, Path]:
     """The binaries this cluster runs, building the missing ones (and only those: Helm 3
     and the scanner are for the tests, not for a cluster)."""
     names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
     names += (KUEUE,) if kueue else ()
     names += (AGENT_SANDBOX_BINARY,)
-    needed = {r.component for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
+    names += (*container.BINARIES, "registry", "pause", "busybox") if nodes else ()
+    needed = {r.name for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
     missing = [c for c in building.missing_components() if c in needed]
     if missing:
         say(f"building missing components: {', '.join(missing)}")
@@ -340,6 +411,10 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             return flags.kueue(
                 binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
             )
+        case "registry":
+            config = state.dir / "registry.yml"
+            config.write_text(registry.config(ports.registry, registry.storage()))
+            return registry.argv(binaries[name], config)
     raise KeyError(name)
 
 
@@ -359,6 +434,7 @@ def _health_url(name: str, ports: Ports) -> str:
         "gridloop-health": f"http://{LOOPBACK}:{ports.health}/readyz",
         "kueue": f"http://{LOOPBACK}:{ports.kueue}/readyz",
         AGENT_SANDBOX: f"http://{LOOPBACK}:{ports.agent_sandbox}/readyz",
+        REGISTRY: registry.health_url(ports.registry),
     }[name]
 
 
@@ -372,10 +448,12 @@ def _ssl(pki: Path) -> ssl.SSLContext:
 
 
 def healthy(name: str, state: State) -> bool:
+    return _http_ok(_health_url(name, state.ports), state)
+
+
+def _http_ok(url: str, state: State) -> bool:
     try:
-        with urllib.request.urlopen(
-            _health_url(name, state.ports), timeout=2, context=_ssl(state.dir / "pki")
-        ) as resp:
+        with urllib.request.urlopen(url, timeout=2, context=_ssl(state.dir / "pki")) as resp:
             return bool(resp.status == 200)
     except (urllib.error.URLError, OSError):
         return False
@@ -410,11 +488,39 @@ def _stop_all(state: State) -> list[str]:
     state.processes = []
     if state.dir.exists():
         state.save()
+        _sweep(state, None)
     return stopped
 
 
-def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
-    """Stop every recorded process; return (stopped names, ports still busy)."""
+def _sweep(state: State, fleet: Fleet | None) -> sweeping.Leftovers:
+    """Whatever the container nodes left (pods, mounts, network namespaces, the bridge):
+    gone. The nodes are those of the fleet the cluster was started with."""
+    if fleet is None:
+        fleet_file = state.dir / "fleet.yaml"
+        if not fleet_file.is_file():
+            return sweeping.Leftovers()
+        try:
+            fleet = load_fleet(fleet_file)
+        except FleetError:
+            return sweeping.Leftovers()
+    found = container.nodes(fleet, state.dir)
+    if not found:
+        return sweeping.Leftovers()
+    left = sweeping.sweep([n.layout for n in found], state.dir, container.network(fleet))
+    container.cleanup_cgroups(state.dir)
+    return left
+
+
+@dataclass(frozen=True)
+class DownResult:
+    stopped: list[str]
+    busy: list[int]  # ports still listened on
+    left: sweeping.Leftovers  # what the container nodes left (empty: nothing)
+
+
+def down(state_dir: Path, purge: bool = False) -> DownResult:
+    """Stop every recorded process, sweep what the container nodes left, and check that
+    every port is free and nothing is left."""
     try:
         state = load(state_dir)
     except ClusterError:
@@ -423,6 +529,7 @@ def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
         state = None  # an unreadable record is exactly what --purge is for
     stopped = _stop_all(state) if state else []
     busy: list[int] = []
+    left = _sweep(state, None) if state else sweeping.Leftovers()
     if state:
         deadline = time.monotonic() + 10
         busy = list(state.ports.used_by(state.components or list(ORDER)).values())
@@ -432,4 +539,4 @@ def down(state_dir: Path, purge: bool = False) -> tuple[list[str], list[int]]:
                 time.sleep(0.1)
     if purge and state_dir.exists():
         shutil.rmtree(state_dir)
-    return stopped, busy
+    return DownResult(stopped, busy, left)

@@ -119,12 +119,15 @@ def _state_flag(args: argparse.Namespace) -> str:
 
 def cmd_down(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
-    stopped, busy = cluster.down(state_dir, purge=args.purge)
+    result = cluster.down(state_dir, purge=args.purge)
+    stopped = result.stopped
     print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
     if args.purge:
         print(f"removed {state_dir}")
-    if busy:
-        raise ClusterError(f"ports still in use after down: {', '.join(map(str, busy))}")
+    if result.busy:
+        raise ClusterError(f"ports still in use after down: {', '.join(map(str, result.busy))}")
+    if result.left:
+        raise ClusterError(f"the container nodes left behind: {result.left.describe()}")
     return 0
 
 

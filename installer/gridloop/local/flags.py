@@ -43,9 +43,19 @@ _OFFSETS = {
     "kueue_metrics": 10,
     "kueue_visibility": 11,
     "agent_sandbox": 12,  # agent-sandbox's controller's health probes (/healthz, /readyz)
+    "registry": 13,  # the local image registry (container nodes pull from it)
+    # each container node's kubelet's /healthz (its API listens on the node's own address)
+    "kubelet_0": 14,
+    "kubelet_1": 15,
+    "kubelet_2": 16,
     "apiserver": 43,
 }
-DEFAULT_BASE_PORT = 36400
+# Below the kernel's ephemeral port range (32768-60999 by default): a port in it can be
+# held by any process's outgoing connection (Prometheus' scrapes, the API server's watch
+# of etcd), and then no server can bind it, SO_REUSEADDR or not.
+DEFAULT_BASE_PORT = 26400
+MAX_CONTAINER_NODES = 3
+CONTAINER_NODE_PROCESSES = ("containerd", "kubelet")
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,10 @@ class Ports:
     kueue_metrics: int
     kueue_visibility: int
     agent_sandbox: int
+    registry: int
+    kubelet_0: int
+    kubelet_1: int
+    kubelet_2: int
     apiserver: int
 
     @classmethod
@@ -89,9 +103,14 @@ class Ports:
             "kueue_metrics": "kueue (metrics)",
             "kueue_visibility": "kueue (visibility)",
             "agent_sandbox": "agent-sandbox",
+            "registry": "registry",
+            **{f"kubelet_{i}": f"{node_process('kubelet', i)} (healthz)" for i in range(3)},
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}
+
+    def kubelet_healthz(self, index: int) -> int:
+        return int(getattr(self, f"kubelet_{index}"))
 
     def used_by(self, processes: list[str]) -> dict[str, int]:
         """The ports these processes listen on (`etcd (peer)` comes with etcd, and so on)."""
@@ -100,6 +119,13 @@ class Ports:
             for owner, port in self.by_process().items()
             if owner.split(" (")[0] in processes
         }
+
+
+def node_process(kind: str, index: int) -> str:
+    """The process name of container node `index`'s containerd or kubelet."""
+    from gridloop.fleet.nodes import container_node_name
+
+    return f"{kind}/{container_node_name(index)}"
 
 
 def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
@@ -136,7 +162,16 @@ def apiserver(binary: Path, ports: Ports, pki: Path) -> list[str]:
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         f"--service-account-issuer={SA_ISSUER}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--authorization-mode=RBAC",
+        # as a real cluster: kubelets are authorized as nodes, and may change only their own
+        # Node and the pods bound to it
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        # logs, exec and port-forward: the API server's identity towards kubelets, and the
+        # CA their serving certificates must chain to
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         "--allow-privileged=true",
         "--profiling=false",
         "--max-requests-inflight=800",

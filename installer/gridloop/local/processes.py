@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +35,16 @@ class Proc:
 
 
 def start(
-    name: str, argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+    name: str,
+    argv: list[str],
+    log: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    before_exec: Callable[[], None] | None = None,
 ) -> Proc:
-    """Start `argv` in its own session; `env` is added to this process's environment."""
+    """Start `argv` in its own session; `env` is added to this process's environment;
+    `before_exec` runs in the child before it becomes `argv` (to join a cgroup, so that
+    whatever the program starts is found by its cgroup too)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         child = subprocess.Popen(
@@ -47,6 +55,7 @@ def start(
             stdin=subprocess.DEVNULL,
             cwd=cwd,
             start_new_session=True,  # survives the CLI; stopped by `down`
+            preexec_fn=before_exec,
         )
     stat = _stat(child.pid)
     ticks = int(stat[19]) if stat else 0

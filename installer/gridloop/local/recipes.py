@@ -34,9 +34,20 @@ class Recipe:
     patches: tuple[SourcePatch, ...] = ()
     # GOEXPERIMENT settings the upstream release build uses
     experiments: tuple[str, ...] = ()
+    # the cache folder's name, when one component is built by several recipes (the
+    # kubernetes module gives the control plane, the node binaries and the pause program)
+    cache: str = ""
+    # for C programs in the module: binary name -> source file, built with gcc -static
+    c_programs: dict[str, str] = field(default_factory=dict)
+    cflags: Callable[[Component], list[str]] = lambda comp: []
+
+    @property
+    def name(self) -> str:
+        return self.cache or self.component
 
     def fingerprint(self, comp: Component) -> str:
         parts = [comp.version, comp.module, *sorted(self.binaries.items())]
+        parts += [*sorted(self.c_programs.items()), *self.cflags(comp)]
         parts += [*self.tags, *self.ldflags(comp), *sorted(self.shims.items())]
         parts += [comp.debian, *sorted(self.debian_files.items())]
         parts += [patch.fingerprint() for patch in self.patches]
@@ -124,6 +135,37 @@ KUEUE_PATCHES: tuple[SourcePatch, ...] = (
 )
 
 
+# gVisor's containerd shim lowers its own OOM score to -999 when it starts, and stops on
+# the error. Lowering an OOM score needs CAP_SYS_RESOURCE, which root lacks on some
+# machines (containers, CI sandboxes: this one). containerd's own sys.SetOOMScore
+# ignores a permission error when unprivileged; the build makes gVisor's shim do the
+# same for a permission error, so the shim keeps the score it inherited. Any other error
+# still stops it, as upstream's does.
+_GVISOR_OOM = (
+    "\tif err := sys.SetOOMScore(cmd.Process.Pid, oomScoreMax); err != nil {\n"
+    '\t\treturn shim.BootstrapParams{}, fmt.Errorf("failed to set OOM Score on shim: %w", err)'
+)
+GVISOR_PATCHES: tuple[SourcePatch, ...] = (
+    SourcePatch(
+        file="pkg/shim/v1/manager.go",
+        old=_GVISOR_OOM,
+        new=_GVISOR_OOM.replace(
+            "err != nil {", "err != nil && !os.IsPermission(err) { // gridloop"
+        ),
+        why="the shim's OOM score: a permission error is not fatal",
+    ),
+)
+
+PAUSE_SOURCE = "build/pause/linux/pause.c"
+PAUSE_MAKEFILE = "build/pause/Makefile"
+
+
+def _containerd_ldflags(comp: Component) -> list[str]:
+    # as containerd's Makefile: the version and package it reports (`containerd --version`)
+    pkg = "github.com/containerd/containerd/v2/version"
+    return [f"-X {pkg}.Version={comp.version}", f"-X {pkg}.Package={comp.module}"]
+
+
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         component="etcd",
@@ -140,6 +182,71 @@ RECIPES: tuple[Recipe, ...] = (
         tags=("selinux", "notest"),
         ldflags=_kubernetes_ldflags,
         pin=lambda comp, _module: staging_version(comp.version),
+    ),
+    # the container nodes' kubelet and kube-proxy: the same module and flags as the
+    # control plane, cached apart so adding them does not rebuild the control plane
+    Recipe(
+        component="kubernetes",
+        cache="kubernetes-node",
+        binaries={name: f"k8s.io/kubernetes/cmd/{name}" for name in ("kubelet", "kube-proxy")},
+        tags=("selinux", "notest"),
+        ldflags=_kubernetes_ldflags,
+        pin=lambda comp, _module: staging_version(comp.version),
+    ),
+    # the pod sandbox ("pause") program, as build/pause/Makefile compiles it
+    Recipe(
+        component="kubernetes",
+        cache="pause",
+        binaries={},
+        ldflags=lambda comp: [],
+        c_programs={"pause": PAUSE_SOURCE},
+        cflags=lambda comp: ["-Os", "-Wall", "-Werror", "-static"],
+    ),
+    Recipe(
+        component="containerd",
+        binaries={
+            name: f"github.com/containerd/containerd/v2/cmd/{name}"
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+        },
+        # as upstream's static release build, without the snapshotters that need cgo
+        tags=("no_btrfs", "no_devmapper", "no_zfs"),
+        ldflags=_containerd_ldflags,
+    ),
+    Recipe(
+        component="gvisor",
+        binaries={
+            "runsc": "gvisor.dev/gvisor/runsc",
+            "containerd-shim-runsc-v1": "gvisor.dev/gvisor/shim",
+        },
+        ldflags=lambda comp: [f"-X gvisor.dev/gvisor/runsc/version.version={comp.version}"],
+        patches=GVISOR_PATCHES,
+    ),
+    Recipe(
+        component="runc",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={"runc": "usr/sbin/runc"},
+    ),
+    Recipe(
+        component="cni-plugins",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={
+            name: f"usr/lib/cni/{name}" for name in ("bridge", "host-local", "loopback", "portmap")
+        },
+    ),
+    Recipe(
+        component="busybox",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={"busybox": "bin/busybox"},
+    ),
+    Recipe(
+        component="distribution",
+        binaries={"registry": "github.com/distribution/distribution/v3/cmd/registry"},
+        ldflags=lambda comp: [
+            f"-X github.com/distribution/distribution/v3/version.version={comp.version}"
+        ],
     ),
     Recipe(
         component="kwok",
@@ -198,11 +305,12 @@ RECIPES: tuple[Recipe, ...] = (
 
 
 def binary_names(recipe: Recipe) -> list[str]:
-    return [*recipe.shims, *recipe.binaries, *recipe.debian_files]
+    return [*recipe.shims, *recipe.binaries, *recipe.debian_files, *recipe.c_programs]
 
 
-def recipe_for(component: str) -> Recipe:
+def recipe_for(name: str) -> Recipe:
+    """The recipe named `name` (its cache folder's name: a component, or e.g. `pause`)."""
     for recipe in RECIPES:
-        if recipe.component == component:
+        if recipe.name == name:
             return recipe
-    raise KeyError(component)
+    raise KeyError(name)

@@ -1,0 +1,81 @@
+"""The host bridge the container nodes' pods live on (a thin shell over `ip`).
+
+One bridge, `gridloop0`, carries every container node's pods; each node's address (the
+gateway of its /24, and its InternalIP) is put on it before the kubelet starts, since a
+kubelet refuses a node IP the host does not have. Nothing is routed or NATed off the
+machine: no forwarding is switched on, no masquerade rule is added, and pods get no
+default route (configs.cni_config). `down` deletes the bridge, and with it every
+address on it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from gridloop.errors import ClusterError
+from gridloop.local.container.layout import BRIDGE
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    ip = shutil.which("ip")
+    if ip is None:
+        raise ClusterError(
+            "`ip` not found: container nodes need iproute2 (apt-get install iproute2)"
+        )
+    proc = subprocess.run([ip, *args], capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise ClusterError(f"ip {' '.join(args)}: {proc.stderr.strip() or proc.returncode}")
+    return proc
+
+
+def bridge_exists() -> bool:
+    return _ip("link", "show", "dev", BRIDGE, check=False).returncode == 0
+
+
+def addresses() -> set[str]:
+    """The IPv4 addresses (with prefix) on the bridge, empty when it does not exist."""
+    proc = _ip("-o", "-4", "addr", "show", "dev", BRIDGE, check=False)
+    return {line.split()[3] for line in proc.stdout.splitlines() if len(line.split()) > 3}
+
+
+def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
+    """The bridge exists, is up, and carries each node's address in the pod subnet."""
+    if not bridge_exists():
+        _ip("link", "add", BRIDGE, "type", "bridge")
+    prefix = ipaddress.ip_network(pod_subnet).prefixlen
+    have = addresses()
+    for ip in node_ips:
+        if f"{ip}/{prefix}" not in have:
+            _ip("addr", "add", f"{ip}/{prefix}", "dev", BRIDGE)
+    _ip("link", "set", BRIDGE, "up")
+
+
+def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
+    """Take this cluster's node addresses off the bridge, and delete the bridge once no
+    other local cluster has an address on it; True when the bridge is gone."""
+    if not bridge_exists():
+        return True
+    prefix = ipaddress.ip_network(pod_subnet).prefixlen
+    have = addresses()
+    for ip in node_ips:
+        if f"{ip}/{prefix}" in have:
+            _ip("addr", "del", f"{ip}/{prefix}", "dev", BRIDGE, check=False)
+    if addresses():
+        return False
+    _ip("link", "del", BRIDGE)
+    return True
+
+
+def others(node_ips: Sequence[str]) -> list[str]:
+    """Addresses on the bridge that are not these nodes': another local cluster's."""
+    return sorted(a for a in addresses() if a.split("/")[0] not in node_ips)
+
+
+def veths_on_bridge() -> list[str]:
+    proc = _ip("-o", "link", "show", "master", BRIDGE, check=False)
+    return [
+        line.split(":")[1].strip().split("@")[0] for line in proc.stdout.splitlines() if ":" in line
+    ]

@@ -1,0 +1,113 @@
+"""The iptables chains a kubelet adds to the host, and taking them out again at `down`.
+
+A kubelet on a host with iptables creates, in both iptables and ip6tables, the canary
+chains `KUBE-KUBELET-CANARY` (mangle, filter, nat; it watches them to see its rules
+flushed), `KUBE-IPTABLES-HINT` (mangle), and `KUBE-FIREWALL` (filter, jumped to from
+INPUT and OUTPUT: it drops packets to 127.0.0.0/8 from other sources). They outlive the
+kubelet. `up` records which of them the host already had before the first container node
+started (a real kubelet on the same host owns those: they are never touched), and `down`
+removes the others once no local cluster's container node is left.
+
+`plan_removal` is pure (iptables-save text in, the iptables argument lists out).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+KUBELET_CHAINS: dict[str, tuple[str, ...]] = {
+    "mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"),
+    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
+    "nat": ("KUBE-KUBELET-CANARY",),
+}
+TOOLS = ("iptables", "ip6tables")
+
+
+def chains(saved: str) -> set[tuple[str, str]]:
+    """(table, chain) of every kubelet chain in an iptables-save output (pure)."""
+    found: set[tuple[str, str]] = set()
+    table = ""
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif line.startswith(":"):
+            name = line[1:].split()[0]
+            if name in KUBELET_CHAINS.get(table, ()):
+                found.add((table, name))
+    return found
+
+
+def plan_removal(saved: str, keep: set[tuple[str, str]]) -> list[list[str]]:
+    """The iptables arguments that delete the kubelet chains not in `keep`: first every
+    rule that jumps to one (as `-D` of the same rule), then the chains' own rules, then
+    the chains (pure)."""
+    gone = chains(saved) - keep
+    deletes: list[list[str]] = []
+    table = ""
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif line.startswith("-A "):
+            parts = line.split()
+            target = parts[parts.index("-j") + 1] if "-j" in parts else ""
+            if (table, target) in gone and (table, parts[1]) not in gone:
+                deletes.append(["-t", table, "-D", *parts[1:]])
+    for table, chain in sorted(gone):
+        deletes.append(["-t", table, "-F", chain])
+    for table, chain in sorted(gone):
+        deletes.append(["-t", table, "-X", chain])
+    return deletes
+
+
+def _save(tool: str) -> str | None:
+    binary = shutil.which(f"{tool}-save")
+    if binary is None:
+        return None
+    proc = subprocess.run([binary], capture_output=True, text=True, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def record(path: Path) -> None:
+    """Write which kubelet chains the host has now, unless a record exists (an earlier
+    `up` of this cluster made it, before its kubelets added theirs)."""
+    if path.exists():
+        return
+    had = {tool: sorted(map(list, chains(_save(tool) or ""))) for tool in TOOLS}
+    path.write_text(json.dumps(had) + "\n")
+
+
+def remove(path: Path) -> list[str]:
+    """Delete the kubelet chains the record says the host did not have; return what is
+    left of them (empty: all gone). Without a record nothing is touched."""
+    try:
+        had = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    left: list[str] = []
+    for tool in TOOLS:
+        saved, binary = _save(tool), shutil.which(tool)
+        if saved is None or binary is None:
+            continue
+        keep = {(t, c) for t, c in had.get(tool, [])}
+        for args in plan_removal(saved, keep):
+            subprocess.run([binary, *args], capture_output=True, check=False)
+        after = chains(_save(tool) or "") - keep
+        left += [f"{tool} {t}/{c}" for t, c in sorted(after)]
+    path.unlink(missing_ok=True)
+    return left
+
+
+def present(path: Path) -> list[str]:
+    """The kubelet chains on the host that the record says were not there before."""
+    try:
+        had = json.loads(path.read_text())
+    except (OSError, ValueError):
+        had = {}
+    out: list[str] = []
+    for tool in TOOLS:
+        keep = {(t, c) for t, c in had.get(tool, [])}
+        out += [f"{tool} {t}/{c}" for t, c in sorted(chains(_save(tool) or "") - keep)]
+    return out

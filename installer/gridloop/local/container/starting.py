@@ -1,0 +1,297 @@
+"""Start the container nodes: check, write each node's files, run its containerd and kubelet.
+
+`check` runs before `up` starts anything, so a machine that cannot run container nodes
+(not root, no cgroup v1 hierarchies, a pod subnet that overlaps the host's networks,
+another cluster's nodes still running) changes nothing. `start` then brings each node
+up in order: identities, files, cgroup, bridge address, containerd (in the node's
+runtime cgroup), kubelet; and `wait_ready` returns once every node is Ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.errors import ClusterError, UsageError
+from gridloop.fleet import Fleet
+from gridloop.fleet.host_networks import overlap_problem, read_host_networks
+from gridloop.fleet.nodes import PlannedContainerNode, planned_container_nodes
+from gridloop.local import certs, flags, processes
+from gridloop.local.container import cgroups, configs, hostnet, kubelet_rules, sweeping
+from gridloop.local.container.layout import BRIDGE, CGROUP_PARENT, NodeLayout, cluster_cgroup
+from gridloop.local.processes import Proc
+
+Say = Callable[[str], None]
+START_TIMEOUT = 60.0
+READY_TIMEOUT = 120.0
+# what each container node runs, from the build cache (recipes.py)
+BINARIES = (
+    "containerd",
+    "containerd-shim-runc-v2",
+    "kubelet",
+    "runc",
+    "runsc",
+    "containerd-shim-runsc-v1",
+    "bridge",
+)
+
+
+@dataclass(frozen=True)
+class ContainerNode:
+    planned: PlannedContainerNode
+    layout: NodeLayout
+
+    @property
+    def name(self) -> str:
+        return self.planned.name
+
+
+def nodes(fleet: Fleet, state_dir: Path) -> list[ContainerNode]:
+    return [
+        ContainerNode(p, NodeLayout.of(state_dir, p.name)) for p in planned_container_nodes(fleet)
+    ]
+
+
+def process_names(fleet: Fleet) -> list[str]:
+    """In start order: each node's containerd, then its kubelet."""
+    count = fleet.container_node_count
+    return [flags.node_process(kind, i) for i in range(count) for kind in ("containerd", "kubelet")]
+
+
+def check(fleet: Fleet, source: str, state_dir: Path) -> None:
+    """Everything container nodes need from this machine, before anything starts."""
+    if not fleet.container_node_count:
+        return
+    assert fleet.container_nodes is not None
+    if os.geteuid() != 0:
+        raise UsageError(
+            f"{source}: containerNodes: container nodes need root (mounts, cgroups, a bridge): "
+            "run as root or remove the containerNodes block"
+        )
+    if not cgroups.hierarchies():
+        raise UsageError(
+            f"{source}: containerNodes: no cgroup v1 hierarchy under {cgroups.CGROUP_FS}: "
+            "this machine cannot run the container nodes' kubelets"
+        )
+    for tool in ("ip", "umount"):
+        if shutil.which(tool) is None:
+            raise UsageError(f"{source}: containerNodes: `{tool}` not found on PATH")
+    subnet = fleet.container_nodes.pod_subnet
+    problem = overlap_problem(source, subnet, read_host_networks())
+    if problem:
+        raise UsageError(problem)
+    mine = network(fleet).node_ips
+    theirs = [(BRIDGE, a) for a in hostnet.others(mine)] if hostnet.bridge_exists() else []
+    problem = overlap_problem(source, subnet, theirs)
+    if problem:
+        raise UsageError(problem + " (another local cluster's container nodes use it)")
+    for node in nodes(fleet, state_dir):
+        busy = cgroups.pids(node.layout.cgroup)
+        if busy:
+            raise UsageError(
+                f"container node {node.name}: {len(busy)} processes of another local cluster "
+                f"run in cgroup {node.layout.cgroup}: stop it (`gridloop local down`) first"
+            )
+
+
+def _settings(
+    node: ContainerNode, fleet: Fleet, ports: flags.Ports, binaries: dict[str, Path], pause: str
+) -> configs.NodeSettings:
+    assert fleet.container_nodes is not None
+    return configs.NodeSettings(
+        name=node.name,
+        node_ip=node.planned.node_ip,
+        pod_cidr=node.planned.pod_cidr,
+        pod_subnet=fleet.container_nodes.pod_subnet,
+        service_cidr=flags.SERVICE_CIDR,
+        healthz_port=ports.kubelet_healthz(node.planned.index),
+        registry=f"{flags.LOOPBACK}:{ports.registry}",
+        pause_image=pause,
+        labels=tuple(sorted(node.planned.labels.items())),
+        binaries=binaries,
+        cni_bin_dir=binaries["bridge"].parent,
+        ca_file=node.layout.pki / "ca.crt",
+    )
+
+
+def prepare(
+    node: ContainerNode,
+    fleet: Fleet,
+    ports: flags.Ports,
+    pki: certs.Pki,
+    server: str,
+    binaries: dict[str, Path],
+    pause: str,
+) -> configs.NodeSettings:
+    """Write the node's identities and configuration files (existing state is kept)."""
+    layout, s = node.layout, _settings(node, fleet, ports, binaries, pause)
+    for folder in (
+        layout.root,
+        layout.containerd_root,
+        layout.containerd_state,
+        layout.cni_conf_dir,
+        layout.cni_data_dir,
+        layout.runsc_root,
+        layout.runsc_logs,
+        layout.kubelet_root,
+        layout.pod_logs,
+        layout.sockets,
+    ):
+        folder.mkdir(parents=True, exist_ok=True)
+    layout.sockets.chmod(0o700)
+    certs.ensure_node(pki, layout.pki, node.name, s.node_ip)
+    shutil.copyfile(pki.path("ca.crt"), layout.pki / "ca.crt")
+    certs.write_node_kubeconfig(pki, layout.pki, server, layout.kubelet_kubeconfig)
+    layout.containerd_config.write_text(configs.containerd_config(layout, s))
+    layout.runsc_config.write_text(configs.runsc_config(layout, s))
+    (layout.cni_conf_dir / "10-gridloop.conflist").write_text(configs.cni_config(layout, s))
+    layout.kubelet_config.write_text(configs.kubelet_config(layout, s))
+    for registry, text in configs.registry_hosts(s.registry).items():
+        folder = layout.registry_hosts / registry
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(text)
+    return s
+
+
+def _socket_answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _wait(proc: Proc, ready: Callable[[], bool], what: str) -> None:
+    t0 = time.monotonic()
+    while not ready():
+        if not processes.alive(proc):
+            raise processes.exited_error(proc, what)
+        if time.monotonic() - t0 > START_TIMEOUT:
+            raise ClusterError(
+                f"{proc.name} did not become healthy within {START_TIMEOUT:.0f}s (log: {proc.log})"
+            )
+        time.sleep(0.1)
+
+
+def start(
+    fleet: Fleet,
+    state_dir: Path,
+    ports: flags.Ports,
+    pki: certs.Pki,
+    server: str,
+    binaries: dict[str, Path],
+    pause: str,
+    record: Callable[[Proc], None],
+    healthy: Callable[[str, int], bool],
+    say: Say,
+) -> None:
+    """Start every node's containerd and kubelet; `record` is told of each process the
+    moment it starts (so a failure later stops it), `healthy(url...)` probes the kubelet."""
+    found = nodes(fleet, state_dir)
+    kubelet_rules.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
+    hostnet.ensure_bridge([n.planned.node_ip for n in found], _subnet(fleet))
+    path = os.pathsep.join(
+        [str(binaries[b].parent) for b in ("containerd", "runc", "runsc")] + [os.defpath]
+    )
+    for node in found:
+        t0 = time.monotonic()
+        s = prepare(node, fleet, ports, pki, server, binaries, pause)
+        _start_node(node, s, state_dir / "logs", binaries, path, record, healthy)
+        say(
+            f"  ✓ container node {node.name:<12} {s.node_ip:<14} up in {time.monotonic() - t0:.1f}s"
+        )
+
+
+def _start_node(
+    node: ContainerNode,
+    s: configs.NodeSettings,
+    log_dir: Path,
+    binaries: dict[str, Path],
+    path: str,
+    record: Callable[[Proc], None],
+    healthy: Callable[[str, int], bool],
+) -> None:
+    """containerd in the node's runtime cgroup (its shims inherit it), then the kubelet."""
+    layout, index = node.layout, node.planned.index
+    cgroups.ensure(layout.runtime_cgroup)
+    name = flags.node_process("containerd", index)
+    proc = processes.start(
+        name,
+        configs.containerd_argv(binaries["containerd"], layout),
+        log_dir / f"{name.replace('/', '-')}.log",
+        layout.root,
+        {"PATH": path},
+        before_exec=lambda: cgroups.join(layout.runtime_cgroup, os.getpid()),
+    )
+    record(proc)
+    _wait(proc, lambda: _socket_answers(layout.containerd_socket), "start-up")
+    name = flags.node_process("kubelet", index)
+    proc = processes.start(
+        name,
+        configs.kubelet_argv(binaries["kubelet"], layout, s),
+        log_dir / f"{name.replace('/', '-')}.log",
+        layout.root,
+    )
+    record(proc)
+    _wait(proc, lambda: healthy(name, s.healthz_port), "start-up")
+
+
+def _subnet(fleet: Fleet) -> str:
+    assert fleet.container_nodes is not None
+    return fleet.container_nodes.pod_subnet
+
+
+def _ready(node: Any) -> bool:
+    for cond in node.status.conditions or []:
+        if cond.type == "Ready":
+            return bool(cond.status == "True")
+    return False
+
+
+def wait_ready(api: client.ApiClient, names: list[str], timeout: float = READY_TIMEOUT) -> float:
+    """Return the seconds it took until every container node is Ready."""
+    core, t0 = client.CoreV1Api(api), time.monotonic()
+    pending = list(names)
+    while pending:
+        try:
+            pending = [n for n in names if not _ready(core.read_node(n))]
+        except ApiException as err:
+            if err.status != 404:
+                raise ClusterError(f"reading container nodes: {err.reason}") from err
+        if pending and time.monotonic() - t0 > timeout:
+            raise ClusterError(
+                f"container nodes not Ready after {timeout:.0f}s: {', '.join(pending)} "
+                "(see the kubelet logs in the state dir's logs/)"
+            )
+        if pending:
+            time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+def network(fleet: Fleet) -> sweeping.Network:
+    ips = tuple(p.node_ip for p in planned_container_nodes(fleet))
+    return sweeping.Network(ips, fleet.container_nodes.pod_subnet if fleet.container_nodes else "")
+
+
+def cleanup_cgroups(state_dir: Path) -> None:
+    """Remove the cluster's cgroup, and the shared `gridloop` one once no cluster uses it."""
+    for hierarchy in cgroups.hierarchies():
+        for folder in (hierarchy / cluster_cgroup(state_dir).strip("/"), hierarchy / CGROUP_PARENT):
+            if folder.is_dir() and not any(p.is_dir() for p in folder.iterdir()):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
+__all__ = ["BRIDGE", "ContainerNode", "check", "nodes", "start", "wait_ready"]

@@ -1,0 +1,133 @@
+"""Build an image row with buildah, cache it by what it is made of, push it to the registry.
+
+buildah (Debian's) builds `FROM scratch` with the vfs storage driver, in storage kept in
+the build cache, so a warm build is a stamp comparison and a push only happens when the
+registry lacks the tag. Nothing runs inside the image while building (no `buildah run`):
+the files and links are laid out in a staging folder and copied in, so no OCI runtime or
+network is needed to build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from gridloop.errors import BuildError
+from gridloop.local import paths
+from gridloop.local.images import registry
+from gridloop.local.images.table import Image
+
+
+def _runroot() -> Path:
+    return paths.cache_root() / "buildah" / "run"
+
+
+def _buildah() -> list[str]:
+    found = shutil.which("buildah")
+    if found is None:
+        raise BuildError(
+            "buildah not found: the local images are built with it (apt-get install buildah)"
+        )
+    root = paths.cache_root() / "buildah"
+    return [
+        found,
+        "--root",
+        str(root / "storage"),
+        "--runroot",
+        str(_runroot()),
+        "--storage-driver",
+        "vfs",
+    ]
+
+
+def _slug(image: Image) -> str:
+    return image.ref.replace("/", "_").replace(":", "_")
+
+
+def _stamp(image: Image) -> Path:
+    return paths.cache_root() / "images" / f"{_slug(image)}.json"
+
+
+def _local_name(image: Image) -> str:
+    return f"localhost/gridloop-build/{_slug(image)}:latest"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _run(cmd: list[str], log: Path, what: str) -> str:
+    with log.open("a") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=fh, text=True, check=False)
+        fh.write(proc.stdout)
+    if proc.returncode != 0:
+        raise BuildError(f"{what} failed (exit {proc.returncode}): see {log}")
+    return proc.stdout.strip()
+
+
+def built(image: Image, binary: Callable[[str], Path]) -> bool:
+    stamp = _stamp(image)
+    try:
+        recorded = json.loads(stamp.read_text()).get("fingerprint")
+    except (OSError, ValueError):
+        return False
+    return bool(recorded == image.fingerprint(lambda n: _sha256(binary(n))))
+
+
+def build(image: Image, binary: Callable[[str], Path]) -> Path:
+    """Build `image` into buildah's storage unless its stamp matches; return the log."""
+    log = paths.cache_root() / "images" / f"{_slug(image)}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if built(image, binary):
+        return log
+    _stamp(image).unlink(missing_ok=True)
+    log.write_text(f"gridloop local images: {image.ref}\n")
+    what = f"building image {image.ref}"
+    staging = paths.cache_root() / "images" / f"{_slug(image)}.root"
+    shutil.rmtree(staging, ignore_errors=True)
+    for inside, name in image.files.items():
+        target = staging / inside.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(binary(name), target)
+        target.chmod(0o755)
+    for inside, points_to in image.links.items():
+        link = staging / inside.lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(points_to)
+    bah = _buildah()
+    container = _run([*bah, "from", "scratch"], log, what)
+    try:
+        _run([*bah, "copy", container, f"{staging}/", "/"], log, what)
+        config = [*bah, "config", "--user", image.user]
+        config += ["--entrypoint", json.dumps(list(image.entrypoint))] if image.entrypoint else []
+        config += ["--cmd", json.dumps(list(image.cmd))] if image.cmd else []
+        _run(
+            [*config, "--label", f"org.opencontainers.image.ref.name={image.ref}", container],
+            log,
+            what,
+        )
+        _run([*bah, "commit", "--format", "oci", container, _local_name(image)], log, what)
+    finally:
+        subprocess.run([*bah, "rm", container], capture_output=True, check=False)
+    shutil.rmtree(staging, ignore_errors=True)
+    fingerprint = image.fingerprint(lambda n: _sha256(binary(n)))
+    _stamp(image).write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
+    return log
+
+
+def push(image: Image, port: int, force: bool = False) -> bool:
+    """Push `image` to the local registry unless it holds the tag (or `force`: the image
+    was just rebuilt); True when pushed."""
+    if not force and registry.has(port, image.registry, image.repository, image.tag):
+        return False
+    log = paths.cache_root() / "images" / f"{_slug(image)}.log"
+    dest = f"docker://127.0.0.1:{port}/{image.registry}/{image.repository}:{image.tag}"
+    cmd = [*_buildah(), "push", "--tls-verify=false", _local_name(image), dest]
+    _run(cmd, log, f"pushing image {image.ref}")
+    return True

@@ -1,0 +1,211 @@
+"""The container node: a real kubelet with containerd, runc and gVisor, beside the kwok fleet.
+
+Nothing here is simulated: the pods run as real containers (runc on the host kernel,
+or gVisor's), their images come from the local registry, and `kubectl logs` and
+`kubectl exec` go through the API server to the kubelet. The GPU nodes next to it stay
+kwok's (simulated), and kwok must leave this node and its pods alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.fleet import CONTAINER_NODE_LABEL, KWOK_NODE_ANNOTATION, SIMULATED_LABEL
+from gridloop.fleet.nodes import planned_container_nodes
+from gridloop.fleet.schema import load_fleet
+from gridloop.local.container import configs
+from gridloop.local.images import table
+
+pytestmark = pytest.mark.cluster
+
+NODE = "system-000"
+TOLERATE = [{"key": CONTAINER_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def _kubectl(local_cluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    kubectl = local_cluster.state.dir / "bin" / "kubectl"
+    return subprocess.run(
+        [str(kubectl), "--kubeconfig", str(local_cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _pod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {CONTAINER_NODE_LABEL: "true"},
+            "tolerations": TOLERATE,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": table.busybox_ref(),
+                    "command": command,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "runAsNonRoot": True,
+                        "runAsUser": 65534,
+                    },
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def _phase(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    return str(core.read_namespaced_pod(name, namespace).status.phase)
+
+
+@pytest.fixture(scope="module")
+def gvisor(local_cluster) -> Iterator[str]:
+    """A RuntimeClass for gVisor's handler (`runsc`), this module's own."""
+    name = f"gvisor-test-{uuid.uuid4().hex[:5]}"
+    node = client.NodeV1Api(local_cluster.api)
+    node.create_runtime_class({"metadata": {"name": name}, "handler": "runsc"})
+    yield name
+    node.delete_runtime_class(name)
+
+
+def test_the_container_node_is_a_real_kubelet_registered_as_itself(local_cluster):
+    fleet = load_fleet(local_cluster.state.dir / "fleet.yaml")
+    planned = planned_container_nodes(fleet)[0]
+
+    node = local_cluster.core.read_node(NODE)
+
+    labels = node.metadata.labels
+    assert labels[CONTAINER_NODE_LABEL] == "true" and SIMULATED_LABEL not in labels
+    assert KWOK_NODE_ANNOTATION not in (node.metadata.annotations or {})
+    assert node.status.node_info.kubelet_version == "v1.35.4"
+    assert node.status.node_info.container_runtime_version.startswith("containerd://v2.")
+    assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == [planned.node_ip]
+    assert {h.name for h in node.status.runtime_handlers or []} >= {"runc", "runsc"}
+    assert node.spec.pod_cidr == planned.pod_cidr
+
+
+def test_a_runc_pod_runs_with_a_pod_ip_and_kubectl_logs_and_exec_reach_it(
+    local_cluster, namespace, eventually
+):
+    core = local_cluster.core
+    core.create_namespaced_pod(
+        namespace, _pod("hello", ["sh", "-c", "echo hello from $(hostname); sleep 3600"])
+    )
+
+    eventually(lambda: _phase(core, namespace, "hello") == "Running", "the pod to run", 90)
+
+    pod = core.read_namespaced_pod("hello", namespace)
+    assert pod.spec.node_name == NODE
+    fleet = load_fleet(local_cluster.state.dir / "fleet.yaml")
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(
+        planned_container_nodes(fleet)[0].pod_cidr
+    )
+    logs = eventually(
+        lambda: (
+            "hello from hello" in _kubectl(local_cluster, "logs", "-n", namespace, "hello").stdout
+        ),
+        "kubectl logs to show the pod's output",
+    )
+    assert logs
+    kernel = _kubectl(local_cluster, "exec", "-n", namespace, "hello", "--", "cat", "/proc/version")
+    assert kernel.returncode == 0, kernel.stderr
+    with open("/proc/version") as host:
+        assert kernel.stdout.strip() == host.read().strip()  # runc: the host's own kernel
+
+
+def test_a_gvisor_pod_runs_on_gvisors_kernel_not_the_hosts(
+    local_cluster, namespace, gvisor, eventually
+):
+    core = local_cluster.core
+    core.create_namespaced_pod(
+        namespace, _pod("sandboxed", ["sleep", "3600"], runtimeClassName=gvisor)
+    )
+
+    eventually(lambda: _phase(core, namespace, "sandboxed") == "Running", "the gVisor pod", 90)
+
+    dmesg = _kubectl(local_cluster, "exec", "-n", namespace, "sandboxed", "--", "dmesg")
+    assert dmesg.returncode == 0, dmesg.stderr
+    assert "Starting gVisor" in dmesg.stdout
+    kernel = _kubectl(local_cluster, "exec", "-n", namespace, "sandboxed", "--", "uname", "-r")
+    with open("/proc/sys/kernel/osrelease") as host:
+        assert kernel.stdout.strip() != host.read().strip()
+
+
+def test_a_pod_whose_image_does_not_exist_is_never_ready(local_cluster, namespace, eventually):
+    """The fake-ready path is gone: kwok marked every pod Ready, a kubelet pulls the image."""
+    apps = client.AppsV1Api(local_cluster.api)
+    pod = _pod("missing", ["sleep", "3600"])["spec"]
+    pod["restartPolicy"] = "Always"
+    pod["containers"][0]["image"] = "ghcr.io/gridloop/does-not-exist:0.0.0"
+    apps.create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "missing"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "missing"}},
+                "template": {"metadata": {"labels": {"app": "missing"}}, "spec": pod},
+            },
+        },
+    )
+
+    def waiting_reason() -> str:
+        for p in local_cluster.core.list_namespaced_pod(namespace).items:
+            for status in p.status.container_statuses or []:
+                if status.state.waiting:
+                    return str(status.state.waiting.reason)
+        return ""
+
+    reason = eventually(
+        lambda: waiting_reason() in ("ErrImagePull", "ImagePullBackOff") and waiting_reason(),
+        "the kubelet to fail pulling the image",
+        90,
+    )
+    assert reason in ("ErrImagePull", "ImagePullBackOff")
+    deployment = apps.read_namespaced_deployment("missing", namespace)
+    assert not deployment.status.available_replicas
+    assert not deployment.status.ready_replicas
+
+
+def test_the_kubelet_may_change_only_its_own_node(local_cluster):
+    """Node authorizer and NodeRestriction: the kubelet's identity is system:node:<name>."""
+    kubeconfig = local_cluster.state.dir / "nodes" / NODE / "kubelet.kubeconfig"
+    api = _api_for(kubeconfig)
+    core = client.CoreV1Api(api)
+    simulated = local_cluster.core.list_node(label_selector=f"{SIMULATED_LABEL}=true").items[0]
+
+    with pytest.raises(ApiException) as denied:
+        core.patch_node(simulated.metadata.name, {"metadata": {"labels": {"stolen": "yes"}}})
+    assert denied.value.status == 403
+    with pytest.raises(ApiException) as secrets:
+        core.list_secret_for_all_namespaces()
+    assert secrets.value.status == 403
+    mine = core.patch_node(NODE, {"metadata": {"annotations": {"gridloop.io/test": "ok"}}})
+    assert mine.metadata.annotations["gridloop.io/test"] == "ok"
+
+
+def test_containerd_takes_the_mirrored_registries_from_the_local_one(local_cluster):
+    hosts = local_cluster.state.dir / "nodes" / NODE / "certs.d"
+
+    assert sorted(p.name for p in hosts.iterdir()) == sorted(configs.MIRRORED)
+    text = (hosts / "registry.k8s.io" / "hosts.toml").read_text()
+    assert f"http://127.0.0.1:{local_cluster.state.ports.registry}/v2/registry.k8s.io" in text
+
+
+def _api_for(kubeconfig) -> client.ApiClient:
+    from gridloop.local import kube
+
+    return kube.api_client(kubeconfig)
