@@ -14,9 +14,18 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gridloop.local.certs import CLIENTS, CONTEXT, ensure_pki, write_kubeconfigs
+from gridloop.local.certs import (
+    CLIENTS,
+    CONTEXT,
+    Pki,
+    ensure_node,
+    ensure_pki,
+    write_kubeconfigs,
+    write_node_kubeconfig,
+)
 
 SERVER = "https://127.0.0.1:41043"
+NODE, NODE_IP = "system-001", "10.200.1.1"
 
 
 def cert(path: Path) -> x509.Certificate:
@@ -149,3 +158,86 @@ def test_kubeconfig_follows_a_new_server_address(tmp_path: Path) -> None:
 
     doc = yaml.safe_load(pki.kubeconfig("admin").read_text())
     assert doc["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:2222"
+
+
+# --- container nodes: each kubelet's client and serving certificates ---
+
+
+@pytest.fixture(scope="module")
+def node_dir(pki_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("node") / "pki"
+    ensure_node(Pki(pki_dir), folder, NODE, NODE_IP)
+    write_node_kubeconfig(Pki(pki_dir), folder, SERVER, folder / "kubelet.kubeconfig")
+    return folder
+
+
+def test_a_kubelet_authenticates_as_its_node_in_system_nodes(pki_dir: Path, node_dir: Path) -> None:
+    client = cert(node_dir / "kubelet-client.crt")
+
+    # what the Node authorizer and NodeRestriction take a kubelet to be
+    assert common_name(client) == "system:node:system-001"
+    assert organisations(client) == ["system:nodes"]
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    client.verify_directly_issued_by(cert(pki_dir / "ca.crt"))
+
+
+def test_a_kubelet_serves_its_node_name_and_address(pki_dir: Path, node_dir: Path) -> None:
+    serving = cert(node_dir / "kubelet-serving.crt")
+
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address(NODE_IP)]
+    assert sans.get_values_for_type(x509.DNSName) == [NODE]
+    usage = serving.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    serving.verify_directly_issued_by(cert(pki_dir / "ca.crt"))
+
+
+def test_a_nodes_keys_and_kubeconfig_are_owner_only(node_dir: Path) -> None:
+    secrets = ["kubelet-client.key", "kubelet-serving.key", "kubelet.kubeconfig"]
+
+    assert {n: stat.S_IMODE((node_dir / n).stat().st_mode) for n in secrets} == {
+        n: 0o600 for n in secrets
+    }
+
+
+def test_the_kubelets_kubeconfig_carries_its_node_identity_and_trusts_the_ca(
+    pki_dir: Path, node_dir: Path
+) -> None:
+    doc = yaml.safe_load((node_dir / "kubelet.kubeconfig").read_text())
+
+    ((cluster,), (user,)) = doc["clusters"], doc["users"]
+    assert cluster["cluster"]["server"] == SERVER
+    assert base64.b64decode(cluster["cluster"]["certificate-authority-data"]) == (
+        (pki_dir / "ca.crt").read_bytes()
+    )
+    assert base64.b64decode(user["user"]["client-certificate-data"]) == (
+        (node_dir / "kubelet-client.crt").read_bytes()
+    )
+    assert base64.b64decode(user["user"]["client-key-data"]) == (
+        (node_dir / "kubelet-client.key").read_bytes()
+    )
+    assert doc["current-context"] == CONTEXT
+
+
+def test_a_second_ensure_node_keeps_its_certificates(tmp_path: Path) -> None:
+    pki = ensure_pki(tmp_path / "pki")
+    ensure_node(pki, tmp_path / "node", NODE, NODE_IP)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "node").iterdir()}
+
+    ensure_node(pki, tmp_path / "node", NODE, NODE_IP)
+
+    assert {p.name: p.read_bytes() for p in (tmp_path / "node").iterdir()} == before
+
+
+def test_a_node_with_a_new_address_gets_a_new_serving_certificate_only(tmp_path: Path) -> None:
+    pki = ensure_pki(tmp_path / "pki")
+    ensure_node(pki, tmp_path / "node", NODE, NODE_IP)
+    client = (tmp_path / "node" / "kubelet-client.crt").read_bytes()
+
+    ensure_node(pki, tmp_path / "node", NODE, "10.201.1.1")
+
+    serving = cert(tmp_path / "node" / "kubelet-serving.crt")
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.201.1.1")]
+    assert (tmp_path / "node" / "kubelet-client.crt").read_bytes() == client

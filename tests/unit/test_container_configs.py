@@ -143,7 +143,10 @@ def test_containerd_reads_a_version_3_config_with_its_own_root_and_state() -> No
     doc = containerd()
 
     assert doc["version"] == 3
-    assert (doc["root"], doc["state"]) == (str(layout.containerd_root), str(layout.containerd_state))
+    assert (doc["root"], doc["state"]) == (
+        str(layout.containerd_root),
+        str(layout.containerd_state),
+    )
     assert doc["grpc"]["address"] == str(layout.containerd_socket)
 
 
@@ -218,7 +221,14 @@ def test_two_nodes_containerds_share_no_path_they_write() -> None:
 
 @pytest.mark.parametrize(
     "state",
-    ["/tmp/with space", '/tmp/with "quotes"', "/tmp/back\\slash", "/tmp/café", "/tmp/🐳", "/tmp/\x7f"],
+    [
+        "/tmp/with space",
+        '/tmp/with "quotes"',
+        "/tmp/back\\slash",
+        "/tmp/café",
+        "/tmp/🐳",
+        "/tmp/\x7f",
+    ],
     ids=["space", "quotes", "backslash", "latin-1", "beyond-the-bmp", "del"],
 )
 def test_a_state_directory_with_any_character_stays_a_valid_toml_string(state: str) -> None:
@@ -255,12 +265,13 @@ def bridge(index: int) -> dict[str, Any]:
     return dict(plugins[0])
 
 
-def test_pods_join_the_shared_bridge_and_nothing_they_send_is_masqueraded() -> None:
+def test_pods_join_the_shared_bridge_and_nothing_they_send_leaves_the_machine() -> None:
     plugin = bridge(0)
 
     assert plugin["bridge"] == BRIDGE == "gridloop0"
     assert plugin["ipMasq"] is False
     assert plugin["isDefaultGateway"] is False
+    assert plugin["isGateway"] is False  # as a gateway, the plugin turns on ip_forward
 
 
 def test_pods_are_routed_to_the_service_range_only() -> None:
@@ -292,7 +303,12 @@ def test_a_nodes_pods_get_addresses_of_its_own_slash_24_behind_its_own_address(
 def test_no_two_nodes_hand_out_the_same_pod_address() -> None:
     def pool(index: int) -> set[int]:
         ((r,),) = bridge(index)["ipam"]["ranges"]
-        return set(range(int(ipaddress.ip_address(r["rangeStart"])), int(ipaddress.ip_address(r["rangeEnd"])) + 1))
+        return set(
+            range(
+                int(ipaddress.ip_address(r["rangeStart"])),
+                int(ipaddress.ip_address(r["rangeEnd"])) + 1,
+            )
+        )
 
     assert pool(0).isdisjoint(pool(1))
     assert pool(1).isdisjoint(pool(2))
@@ -367,9 +383,7 @@ def test_the_kubelet_serves_on_the_nodes_address_and_its_health_on_loopback() ->
     assert doc["tlsPrivateKeyFile"] == str(layout.pki / "kubelet-serving.key")
 
 
-def test_the_kubelet_trusts_client_certificates_of_the_cluster_ca_and_asks_the_api_server() -> (
-    None
-):
+def test_the_kubelet_trusts_client_certificates_of_the_cluster_ca_and_asks_the_api_server() -> None:
     _, s = settings(0)
     doc = kubelet()
 

@@ -7,6 +7,7 @@ temporary folder as containerd and the kubelet write them.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from gridloop.local.container.sweeping import (
     Leftovers,
     log_links,
     mounts_below,
+    shim_socket,
     shim_sockets,
 )
 
@@ -64,11 +66,13 @@ VOLUME = "/state/nodes/system-001/kubelet/pods/uid/volumes/kubernetes.io~project
         pytest.param(
             ("/state/nodes/my\\040pod/fs", "/state/nodes/tab\\011x", "/state/nodes/back\\134s"),
             [NODES],
-            ["/state/nodes/back\\s", "/state/nodes/my pod/fs", "/state/nodes/tab\tx"],
+            ["/state/nodes/my pod/fs", "/state/nodes/back\\s", "/state/nodes/tab\tx"],
             id="kernel-escapes-undone",
         ),
         pytest.param(
-            ("/state/my\\040nodes/a",), [Path("/state/my nodes")], ["/state/my nodes/a"],
+            ("/state/my\\040nodes/a",),
+            [Path("/state/my nodes")],
+            ["/state/my nodes/a"],
             id="a-root-with-a-space",
         ),
         pytest.param(
@@ -102,19 +106,42 @@ def write_task(layout: NodeLayout, namespace: str, task: str, address: str | Non
         (folder / "address").write_text(address)
 
 
-def test_shim_sockets_are_read_from_each_tasks_address_file(tmp_path: Path) -> None:
-    layout = NodeLayout.of(tmp_path, "system-000")
-    write_task(layout, "k8s.io", "b-sandbox", "unix:///run/containerd/s/bbbb\n")
-    write_task(layout, "k8s.io", "a-sandbox", "unix:///run/containerd/s/aaaa")
-    write_task(layout, "moby", "c", "unix:///run/containerd/s/cccc")
-    write_task(layout, "k8s.io", "starting", None)  # no address yet: nothing to remove
-    write_task(layout, "k8s.io", "tcp", "tcp://127.0.0.1:1234")  # not a socket file
+def containerds_name(containerd_socket: Path, namespace: str, task: str, debug: bool) -> Path:
+    """containerd's shim.SocketAddress: sha256 of `<socket>/<ns>/<id>[/debug]`, under
+    /run/containerd/s, whatever containerd's own state directory is."""
+    path = f"{containerd_socket}/{namespace}/{task}" + ("/debug" if debug else "")
+    return Path("/run/containerd/s") / hashlib.sha256(path.encode()).hexdigest()
 
-    assert shim_sockets(layout) == [
-        Path("/run/containerd/s/aaaa"),
-        Path("/run/containerd/s/bbbb"),
-        Path("/run/containerd/s/cccc"),
-    ]
+
+def test_a_tasks_shim_sockets_are_named_as_containerd_names_them() -> None:
+    layout = NodeLayout.of(Path("/state"), "system-000")
+
+    for debug in (False, True):
+        assert shim_socket(layout.containerd_socket, "k8s.io", "abc", debug) == containerds_name(
+            layout.containerd_socket, "k8s.io", "abc", debug
+        )
+    assert shim_socket(layout.containerd_socket, "k8s.io", "abc") != shim_socket(
+        NodeLayout.of(Path("/state"), "system-001").containerd_socket, "k8s.io", "abc"
+    )
+
+
+def test_shim_sockets_are_each_tasks_reported_address_and_containerds_names(
+    tmp_path: Path,
+) -> None:
+    layout = NodeLayout.of(tmp_path, "system-000")
+    write_task(layout, "k8s.io", "sandbox", "unix:///run/containerd/s/reported\n")
+    write_task(layout, "moby", "c", None)  # gVisor's sandbox writes no address file
+    write_task(layout, "k8s.io", "tcp", "tcp://127.0.0.1:1234")  # not a socket file
+    named = {
+        containerds_name(layout.containerd_socket, ns, task, debug)
+        for ns, task in (("k8s.io", "sandbox"), ("moby", "c"), ("k8s.io", "tcp"))
+        for debug in (False, True)
+    }
+
+    found = shim_sockets(layout)
+
+    assert found == sorted(found)
+    assert set(found) == named | {Path("/run/containerd/s/reported")}
 
 
 def test_a_node_whose_containerd_never_ran_has_no_shim_sockets(tmp_path: Path) -> None:
@@ -166,7 +193,11 @@ def test_no_log_links_folder_means_no_links(tmp_path: Path) -> None:
         (Leftovers(mounts=["/a", "/b"]), "2 mounts"),
         (Leftovers(sockets=["/run/containerd/s/a"]), "1 sockets"),
         (Leftovers(links=["/var/log/containers/x.log"]), "1 log links"),
-        (Leftovers(addresses=["10.200.0.1", "10.200.1.1"]), "addresses 10.200.0.1, 10.200.1.1 on the bridge"),
+        (
+            Leftovers(addresses=["10.200.0.1", "10.200.1.1"]),
+            "addresses 10.200.0.1, 10.200.1.1 on the bridge",
+        ),
+        (Leftovers(rules=["KUBE-FIREWALL"]), "iptables chains KUBE-FIREWALL"),
         (
             Leftovers(processes={"system-000": set(), "system-001": {7}}, mounts=["/a"]),
             "1 processes of system-001, 1 mounts",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -119,12 +120,12 @@ def test_each_process_uses_its_own_port(process: str, flag: str, expected: str) 
     assert flag_values(argvs(Ports.from_base(BASE))[process])[flag] == expected
 
 
-@pytest.mark.parametrize("base", [1024, 36400, 41000, 65535 - 43])
+@pytest.mark.parametrize("base", [1024, flags.DEFAULT_BASE_PORT, 41000, 65535 - 43])
 def test_ports_from_base_are_distinct_and_apiserver_is_base_plus_43(base: int) -> None:
     ports = Ports.from_base(base)
 
     by_process = ports.by_process()
-    assert len(set(by_process.values())) == len(by_process) == 14
+    assert len(set(by_process.values())) == len(by_process) == len(dataclasses.fields(Ports))
     assert ports.etcd == base
     assert ports.apiserver == base + 43
     assert all(base <= port <= 65535 for port in by_process.values())
@@ -146,7 +147,53 @@ def test_by_process_names_every_control_plane_process() -> None:
         "kueue (metrics)",
         "kueue (visibility)",
         "agent-sandbox",
+        "registry",
+        "kubelet/system-000 (healthz)",
+        "kubelet/system-001 (healthz)",
+        "kubelet/system-002 (healthz)",
+        "kube-proxy",
+        "kube-proxy (metrics)",
+        "coredns",
+        "coredns (ready)",
     }
+
+
+def test_the_default_ports_lie_below_the_kernels_ephemeral_range() -> None:
+    """32768-60999 is where the kernel picks the local port of every outgoing connection:
+    a port there may be held by any client, and then no server can bind it."""
+    ports = Ports.from_base(flags.DEFAULT_BASE_PORT).by_process().values()
+
+    assert min(ports) == flags.DEFAULT_BASE_PORT
+    assert max(ports) < 32768
+
+
+@pytest.mark.parametrize(
+    ("kind", "index", "name"),
+    [
+        ("kubelet", 0, "kubelet/system-000"),
+        ("kubelet", 2, "kubelet/system-002"),
+        ("containerd", 1, "containerd/system-001"),
+    ],
+)
+def test_a_container_nodes_processes_are_named_for_the_node(
+    kind: str, index: int, name: str
+) -> None:
+    assert flags.node_process(kind, index) == name
+    assert kind in flags.CONTAINER_NODE_PROCESSES
+
+
+@pytest.mark.parametrize("index", range(flags.MAX_CONTAINER_NODES))
+def test_each_container_nodes_kubelet_has_its_own_healthz_port(index: int) -> None:
+    ports = Ports.from_base(BASE)
+
+    assert ports.kubelet_healthz(index) == BASE + 14 + index
+    assert ports.used_by([flags.node_process("kubelet", index)]) == {
+        f"kubelet/system-{index:03d} (healthz)": BASE + 14 + index
+    }
+
+
+def test_the_registry_has_its_own_port_and_comes_with_no_other_process() -> None:
+    assert Ports.from_base(BASE).used_by(["registry"]) == {"registry": BASE + 13}
 
 
 def test_prometheus_scrapes_each_simulated_exporter_as_its_own_target_on_loopback() -> None:
@@ -176,7 +223,13 @@ def test_out_of_range_base_port_is_rejected(base: int) -> None:
         f"--service-account-signing-key-file={PKI / 'sa.key'}",
         f"--service-account-issuer={flags.SA_ISSUER}",
         f"--client-ca-file={PKI / 'ca.crt'}",
-        "--authorization-mode=RBAC",
+        # kubelets are authorized as their nodes, and may change only their own objects
+        "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction",
+        # logs and exec: the API server's identity towards kubelets, and their CA
+        f"--kubelet-client-certificate={PKI / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={PKI / 'apiserver-kubelet-client.key'}",
+        f"--kubelet-certificate-authority={PKI / 'ca.crt'}",
     ],
 )
 def test_apiserver_keeps_the_flags_the_cluster_needs(arg: str) -> None:

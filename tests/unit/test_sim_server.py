@@ -1,8 +1,10 @@
 """The simulated exporters over HTTP: each node's metrics, and faults picked up from the file.
 
-The server runs in a thread on 127.0.0.1. Its port is chosen here, outside the range the
-local cluster uses (36400-38500), rather than by the kernel, whose ephemeral range
-overlaps it.
+The server runs in a thread on 127.0.0.1. Its port is picked at random from TEST_PORTS:
+below the kernel's ephemeral range (32768-60999, where any outgoing connection may hold a
+port), and apart from the ports a local cluster uses (26400-26443 by default) and those
+the cluster tests start theirs on (27400-28943); a port some other server holds is
+skipped for the next.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ sites:
 """
 NODES = ["us-east-h100-000", "us-east-h100-001", "us-east-l4-000"]
 GPUS = {"us-east-h100-000": 8, "us-east-h100-001": 8, "us-east-l4-000": 4}
-TEST_PORTS = range(39100, 39900)
+TEST_PORTS = range(29100, 29900)
 
 
 @dataclass

@@ -30,7 +30,7 @@ def test_the_repo_root_versions_file_is_the_one_read() -> None:
     assert versions.versions_file().resolve() == (REPO / "versions.yaml").resolve()
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=[r.component for r in RECIPES])
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.name for r in RECIPES])
 def test_every_recipe_names_a_pinned_component_and_where_it_comes_from(recipe: Recipe) -> None:
     component = versions.get(recipe.component)
 
@@ -77,6 +77,34 @@ def test_component_minor_is_the_second_number() -> None:
 def test_unknown_component_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="no component named 'kubelet'"):
         versions.get("kubelet")
+
+
+def test_each_recipe_has_a_cache_folder_of_its_own() -> None:
+    names = [r.name for r in RECIPES]
+
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize(
+    ("name", "component"),
+    [
+        ("kubernetes", "kubernetes"),
+        ("kubernetes-node", "kubernetes"),
+        ("pause", "kubernetes"),
+        ("containerd", "containerd"),
+        ("gvisor", "gvisor"),
+    ],
+)
+def test_a_recipe_is_found_by_its_cache_folders_name(name: str, component: str) -> None:
+    recipe = recipe_for(name)
+
+    assert (recipe.name, recipe.component) == (name, component)
+
+
+def test_no_binary_is_built_by_two_recipes() -> None:
+    names = [n for r in RECIPES for n in binary_names(r)]
+
+    assert len(names) == len(set(names))
 
 
 def test_unknown_recipe_is_a_key_error() -> None:

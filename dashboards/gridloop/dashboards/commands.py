@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     gen.set_defaults(func=_generate)
     pre = verbs.add_parser("preview", help="draw each dashboard's panels into a PNG")
-    pre.add_argument("--prometheus-url", required=True, help="e.g. http://127.0.0.1:36406")
+    pre.add_argument("--prometheus-url", required=True, help="e.g. http://127.0.0.1:26406")
     pre.add_argument("--out", type=Path, default=Path("dashboard-previews"), help="folder")
     pre.add_argument(
         "--dashboard",

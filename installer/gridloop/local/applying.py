@@ -23,13 +23,21 @@ def apply_established(
     """Write `docs` to `path`, apply them server-side (conflicts forced: `up` converges
     to upstream's objects) and wait until each CRD named in `crds` is Established.
     `owner` (Kueue, agent-sandbox) names them in a failure."""
-    path.write_text(manifests.dump(docs))
+    server_side_apply(kubectl, kubeconfig, path, docs, f"{owner}'s")
     base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
-    apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
-    run_kubectl([*base, *apply, "-f", str(path)], f"applying {owner}'s objects")
     wait = ["wait", "--for=condition=Established", f"--timeout={ESTABLISHED_TIMEOUT}s"]
     names = [f"crd/{name}" for name in crds]
     run_kubectl([*base, *wait, *names], f"waiting for {owner}'s CRDs to be Established")
+
+
+def server_side_apply(
+    kubectl: Path, kubeconfig: Path, path: Path, docs: list[Doc], owner: str = "gridloop's"
+) -> None:
+    """Write `docs` to `path` and apply them server-side, conflicts forced."""
+    path.write_text(manifests.dump(docs))
+    base = [str(kubectl), f"--kubeconfig={kubeconfig}"]
+    apply = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
+    run_kubectl([*base, *apply, "-f", str(path)], f"applying {owner} objects")
 
 
 def run_kubectl(argv: list[str], what: str) -> None:

@@ -47,6 +47,10 @@ CLIENTS = {
     # the API server's identity towards kubelets (logs, exec, port-forward), as kubeadm's
     # apiserver-kubelet-client: the kubelets authorize it through the API server
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ["system:masters"]),
+    # the container nodes' kube-proxy, bound to system:node-proxier by the bootstrap RBAC
+    "kube-proxy": ("system:kube-proxy", []),
+    # CoreDNS, read-only (container/addons.py's ClusterRole)
+    "coredns": ("system:coredns", []),
 }
 NODE_GROUP = "system:nodes"
 CONTEXT = "gridloop-local"

@@ -27,6 +27,7 @@ from gridloop.bundle.sources import source_for
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import SIMULATED_LABEL, Fleet, FleetError, load_fleet, planned_nodes
 from gridloop.local import (
+    applying,
     building,
     certs,
     flags,
@@ -39,8 +40,8 @@ from gridloop.local import (
     simulated_nodes,
     stages,
 )
+from gridloop.local.container import addons, sweeping
 from gridloop.local.container import starting as container
-from gridloop.local.container import sweeping
 from gridloop.local.flags import LOOPBACK, Ports
 from gridloop.local.images import registry
 from gridloop.local.processes import Proc
@@ -58,6 +59,8 @@ AGENT_SANDBOX_BINARY = "agent-sandbox-controller"
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 # with container nodes: the local registry they pull images from, started before them
 REGISTRY = "registry"
+# with container nodes, after them: Services (kube-proxy) and cluster DNS (CoreDNS)
+SERVICES = ("kube-proxy", "coredns")
 START_TIMEOUT = 60.0
 FIRST_SCRAPE_TIMEOUT = 30.0  # seconds; the scrape interval is 5 s
 
@@ -135,7 +138,7 @@ def up(
     metrics = GPU_HEALTH[:-1] if gpu_health else ()
     service = GPU_HEALTH[-1:] if gpu_health and health_service else ()
     nodes = container.process_names(fleet)
-    real = (REGISTRY, *nodes) if nodes else ()
+    real = (REGISTRY, *nodes, *SERVICES) if nodes else ()
     components = [*ORDER, *real, *metrics, *((KUEUE,) if kueue else ()), AGENT_SANDBOX, *service]
     processes.check_ports_free(ports.used_by(components))
     if previous is not None and not alive:
@@ -201,6 +204,7 @@ def _start_container_nodes(
         state.processes.append(proc)
         state.save()
 
+    since = time.time()
     container.start(
         fleet,
         state.dir,
@@ -214,8 +218,18 @@ def _start_container_nodes(
         say,
     )
     names = [n.name for n in container.nodes(fleet, state.dir)]
-    took = container.wait_ready(api, names)
+    took = container.wait_ready(api, names, since)
     say(f"container nodes: {len(names)} Ready in {took:.1f}s")
+    first = container.nodes(fleet, state.dir)[0].planned
+    objects = addons.dns_objects(flags.SERVICE_CIDR, first.node_ip)
+    applying.server_side_apply(
+        binaries["kubectl"],
+        state.kubeconfig,
+        state.dir / "cluster-dns.yaml",
+        objects,
+        "the cluster DNS",
+    )
+    _start_all(state, binaries, say, SERVICES)
 
 
 def _converge_kueue(
@@ -321,7 +335,7 @@ def _binaries(say: Say, gpu_health: bool, kueue: bool, nodes: bool) -> dict[str,
     names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
     names += (KUEUE,) if kueue else ()
     names += (AGENT_SANDBOX_BINARY,)
-    names += (*container.BINARIES, "registry", "pause", "busybox") if nodes else ()
+    names += (*container.BINARIES, "registry", "pause", "busybox", *SERVICES) if nodes else ()
     needed = {r.name for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
     missing = [c for c in building.missing_components() if c in needed]
     if missing:
@@ -411,6 +425,33 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             return flags.kueue(
                 binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
             )
+        case "kube-proxy":
+            fleet = load_fleet(state.dir / "fleet.yaml")
+            first = container.nodes(fleet, state.dir)[0]
+            config = state.dir / "kube-proxy.yaml"
+            config.write_text(
+                addons.kube_proxy_config(
+                    pki / "kube-proxy.kubeconfig",
+                    first.name,
+                    container.network(fleet).pod_subnet,
+                    ports.kube_proxy,
+                    ports.kube_proxy_metrics,
+                )
+            )
+            return addons.kube_proxy_argv(binaries[name], config)
+        case "coredns":
+            fleet = load_fleet(state.dir / "fleet.yaml")
+            first = container.nodes(fleet, state.dir)[0]
+            config = state.dir / "Corefile"
+            config.write_text(
+                addons.corefile(
+                    first.planned.node_ip,
+                    pki / "coredns.kubeconfig",
+                    ports.coredns,
+                    ports.coredns_ready,
+                )
+            )
+            return addons.coredns_argv(binaries[name], config)
         case "registry":
             config = state.dir / "registry.yml"
             config.write_text(registry.config(ports.registry, registry.storage()))
@@ -435,6 +476,8 @@ def _health_url(name: str, ports: Ports) -> str:
         "kueue": f"http://{LOOPBACK}:{ports.kueue}/readyz",
         AGENT_SANDBOX: f"http://{LOOPBACK}:{ports.agent_sandbox}/readyz",
         REGISTRY: registry.health_url(ports.registry),
+        "kube-proxy": f"http://{LOOPBACK}:{ports.kube_proxy}/healthz",
+        "coredns": f"http://{LOOPBACK}:{ports.coredns_ready}/ready",
     }[name]
 
 

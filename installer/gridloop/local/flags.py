@@ -48,6 +48,10 @@ _OFFSETS = {
     "kubelet_0": 14,
     "kubelet_1": 15,
     "kubelet_2": 16,
+    "kube_proxy": 17,  # its /healthz
+    "kube_proxy_metrics": 18,
+    "coredns": 19,  # its /health
+    "coredns_ready": 20,  # its /ready: the kubernetes plugin has synced
     "apiserver": 43,
 }
 # Below the kernel's ephemeral port range (32768-60999 by default): a port in it can be
@@ -77,6 +81,10 @@ class Ports:
     kubelet_0: int
     kubelet_1: int
     kubelet_2: int
+    kube_proxy: int
+    kube_proxy_metrics: int
+    coredns: int
+    coredns_ready: int
     apiserver: int
 
     @classmethod
@@ -105,6 +113,10 @@ class Ports:
             "agent_sandbox": "agent-sandbox",
             "registry": "registry",
             **{f"kubelet_{i}": f"{node_process('kubelet', i)} (healthz)" for i in range(3)},
+            "kube_proxy": "kube-proxy",
+            "kube_proxy_metrics": "kube-proxy (metrics)",
+            "coredns": "coredns",
+            "coredns_ready": "coredns (ready)",
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}

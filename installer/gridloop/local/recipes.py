@@ -235,6 +235,13 @@ RECIPES: tuple[Recipe, ...] = (
             name: f"usr/lib/cni/{name}" for name in ("bridge", "host-local", "loopback", "portmap")
         },
     ),
+    # CoreDNS with its default plugins (core/plugin, as upstream's main.go); the commit is
+    # left out as for Kueue (a module zip carries none)
+    Recipe(
+        component="coredns",
+        binaries={"coredns": "github.com/coredns/coredns"},
+        ldflags=lambda comp: [],
+    ),
     Recipe(
         component="busybox",
         binaries={},

@@ -154,7 +154,10 @@ def cni_config(layout: NodeLayout, s: NodeSettings) -> str:
             {
                 "type": "bridge",
                 "bridge": BRIDGE,
-                "isGateway": True,
+                # the node's address is put on the bridge by `up` (hostnet.py): the plugin
+                # must not, since as a gateway it also turns on forwarding for the whole
+                # host (net.ipv4.ip_forward), which would route pods off the machine
+                "isGateway": False,
                 "isDefaultGateway": False,
                 "ipMasq": False,
                 "hairpinMode": True,

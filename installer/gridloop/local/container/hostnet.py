@@ -4,8 +4,12 @@ One bridge, `gridloop0`, carries every container node's pods; each node's addres
 gateway of its /24, and its InternalIP) is put on it before the kubelet starts, since a
 kubelet refuses a node IP the host does not have. Nothing is routed or NATed off the
 machine: no forwarding is switched on, no masquerade rule is added, and pods get no
-default route (configs.cni_config). `down` deletes the bridge, and with it every
-address on it.
+default route (configs.cni_config). Service traffic between pods is routed through
+the host (kube-proxy's DNAT), so forwarding is switched on for packets that arrive on
+the bridge only (`net.ipv4.conf.gridloop0.forwarding`, never the host-wide
+`ip_forward`), and the chain GRIDLOOP-ISOLATE drops any of them that would leave
+through another interface. `down` deletes the chain and the bridge, and with the
+bridge every address on it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import ipaddress
 import shutil
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 from gridloop.errors import ClusterError
 from gridloop.local.container.layout import BRIDGE
@@ -41,8 +46,22 @@ def addresses() -> set[str]:
     return {line.split()[3] for line in proc.stdout.splitlines() if len(line.split()) > 3}
 
 
+ISOLATE = "GRIDLOOP-ISOLATE"
+# the FORWARD rule that sends bridge traffic through ISOLATE, and ISOLATE's one rule
+_JUMP = ["FORWARD", "-i", BRIDGE, "-j", ISOLATE]
+_DROP = [ISOLATE, "!", "-o", BRIDGE, "-j", "DROP"]
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str] | None:
+    tool = shutil.which("iptables")
+    if tool is None:
+        return None
+    return subprocess.run([tool, *args], capture_output=True, text=True, check=False)
+
+
 def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
-    """The bridge exists, is up, and carries each node's address in the pod subnet."""
+    """The bridge exists, is up, carries each node's address in the pod subnet, forwards
+    what arrives on it, and drops what would leave the machine."""
     if not bridge_exists():
         _ip("link", "add", BRIDGE, "type", "bridge")
     prefix = ipaddress.ip_network(pod_subnet).prefixlen
@@ -51,12 +70,40 @@ def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
         if f"{ip}/{prefix}" not in have:
             _ip("addr", "add", f"{ip}/{prefix}", "dev", BRIDGE)
     _ip("link", "set", BRIDGE, "up")
+    if _iptables("-n", "-L", ISOLATE) is None:
+        raise ClusterError(
+            "`iptables` not found: container nodes need it (apt-get install iptables)"
+        )
+    isolated = _iptables("-C", *_JUMP)
+    if isolated is not None and isolated.returncode != 0:
+        _iptables("-N", ISOLATE)
+        _iptables("-F", ISOLATE)
+        _iptables("-A", *_DROP)
+        _iptables("-I", *_JUMP)
+    FORWARDING.write_text("1\n")
+
+
+FORWARDING = Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding")
+
+
+def isolation_rules() -> bool:
+    """Whether the ISOLATE chain is still on the host."""
+    found = _iptables("-n", "-L", ISOLATE)
+    return found is not None and found.returncode == 0
+
+
+def _remove_isolation() -> None:
+    while (check := _iptables("-C", *_JUMP)) is not None and check.returncode == 0:
+        _iptables("-D", *_JUMP)
+    _iptables("-F", ISOLATE)
+    _iptables("-X", ISOLATE)
 
 
 def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
     """Take this cluster's node addresses off the bridge, and delete the bridge once no
     other local cluster has an address on it; True when the bridge is gone."""
     if not bridge_exists():
+        _remove_isolation()
         return True
     prefix = ipaddress.ip_network(pod_subnet).prefixlen
     have = addresses()
@@ -66,6 +113,7 @@ def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
     if addresses():
         return False
     _ip("link", "del", BRIDGE)
+    _remove_isolation()
     return True
 
 

@@ -27,7 +27,7 @@ from gridloop.fleet import Fleet
 from gridloop.fleet.host_networks import overlap_problem, read_host_networks
 from gridloop.fleet.nodes import PlannedContainerNode, planned_container_nodes
 from gridloop.local import certs, flags, processes
-from gridloop.local.container import cgroups, configs, hostnet, kubelet_rules, sweeping
+from gridloop.local.container import addons, cgroups, configs, hostnet, kube_chains, sweeping
 from gridloop.local.container.layout import BRIDGE, CGROUP_PARENT, NodeLayout, cluster_cgroup
 from gridloop.local.processes import Proc
 
@@ -91,10 +91,14 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
     if problem:
         raise UsageError(problem)
     mine = network(fleet).node_ips
-    theirs = [(BRIDGE, a) for a in hostnet.others(mine)] if hostnet.bridge_exists() else []
-    problem = overlap_problem(source, subnet, theirs)
-    if problem:
-        raise UsageError(problem + " (another local cluster's container nodes use it)")
+    theirs = hostnet.others(mine) if hostnet.bridge_exists() else []
+    if theirs:
+        # one local cluster at a time: the nodes share the host's network namespace, and
+        # two kube-proxies would rewrite each other's rules
+        raise UsageError(
+            f"{source}: containerNodes: another local cluster's container nodes run on this "
+            f"machine ({', '.join(theirs)} on {BRIDGE}): stop it first (`gridloop local down`)"
+        )
     for node in nodes(fleet, state_dir):
         busy = cgroups.pids(node.layout.cgroup)
         if busy:
@@ -121,6 +125,7 @@ def _settings(
         binaries=binaries,
         cni_bin_dir=binaries["bridge"].parent,
         ca_file=node.layout.pki / "ca.crt",
+        cluster_dns=(addons.dns_service_ip(flags.SERVICE_CIDR),),
     )
 
 
@@ -200,7 +205,7 @@ def start(
     """Start every node's containerd and kubelet; `record` is told of each process the
     moment it starts (so a failure later stops it), `healthy(url...)` probes the kubelet."""
     found = nodes(fleet, state_dir)
-    kubelet_rules.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
+    kube_chains.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
     hostnet.ensure_bridge([n.planned.node_ip for n in found], _subnet(fleet))
     path = os.pathsep.join(
         [str(binaries[b].parent) for b in ("containerd", "runc", "runsc")] + [os.defpath]
@@ -253,20 +258,26 @@ def _subnet(fleet: Fleet) -> str:
     return fleet.container_nodes.pod_subnet
 
 
-def _ready(node: Any) -> bool:
+def _ready(node: Any, since: float) -> bool:
+    """Ready, as reported by a kubelet started at `since` (a Node kept from an earlier
+    `up` still says Ready until the controller-manager's grace period runs out)."""
     for cond in node.status.conditions or []:
         if cond.type == "Ready":
-            return bool(cond.status == "True")
+            heard = cond.last_heartbeat_time.timestamp() if cond.last_heartbeat_time else 0.0
+            return bool(cond.status == "True" and heard >= since - 1)
     return False
 
 
-def wait_ready(api: client.ApiClient, names: list[str], timeout: float = READY_TIMEOUT) -> float:
-    """Return the seconds it took until every container node is Ready."""
+def wait_ready(
+    api: client.ApiClient, names: list[str], since: float, timeout: float = READY_TIMEOUT
+) -> float:
+    """Return the seconds it took until every container node is Ready (a heartbeat at or
+    after `since`, wall-clock seconds)."""
     core, t0 = client.CoreV1Api(api), time.monotonic()
     pending = list(names)
     while pending:
         try:
-            pending = [n for n in names if not _ready(core.read_node(n))]
+            pending = [n for n in names if not _ready(core.read_node(n), since)]
         except ApiException as err:
             if err.status != 404:
                 raise ClusterError(f"reading container nodes: {err.reason}") from err

@@ -20,12 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gridloop.local.container import cgroups, hostnet, kubelet_rules
+from gridloop.local.container import cgroups, hostnet, kube_chains
 from gridloop.local.container.layout import SOCKETS_ROOT, NodeLayout
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 SHIM_SOCKETS = Path("/run/containerd/s")  # containerd's defaults.DefaultStateDir + "/s"
-RULES_RECORD = SOCKETS_ROOT / "kubelet-chains.json"  # machine-wide (kubelet_rules.py)
+RULES_RECORD = SOCKETS_ROOT / "kubelet-chains.json"  # machine-wide (kube_chains.py)
 CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's, compiled in
 TASKS = "io.containerd.runtime.v2.task"
 
@@ -137,7 +137,9 @@ def leftovers(layouts: list[NodeLayout], state_dir: Path, network: Network) -> L
     have = {a.split("/")[0] for a in hostnet.addresses()}
     found.addresses = [ip for ip in network.node_ips if ip in have]
     if not hostnet.bridge_exists():  # no local cluster has a container node
-        found.rules = kubelet_rules.present(RULES_RECORD)
+        found.rules = kube_chains.present(RULES_RECORD)
+        found.rules += [f"iptables filter/{hostnet.ISOLATE}"] if hostnet.isolation_rules() else []
+
     return found
 
 
@@ -164,7 +166,8 @@ def sweep(layouts: list[NodeLayout], state_dir: Path, network: Network) -> Lefto
         with contextlib.suppress(OSError):
             layouts[0].sockets.rmdir()
     if hostnet.release(network.node_ips, network.pod_subnet):
-        kubelet_rules.remove(RULES_RECORD)
+        kube_chains.remove(RULES_RECORD)
+
         for folder in (SHIM_SOCKETS, SOCKETS_ROOT):  # made by the first node, if empty now
             with contextlib.suppress(OSError):
                 folder.rmdir()

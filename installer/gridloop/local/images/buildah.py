@@ -96,6 +96,15 @@ def build(image: Image, binary: Callable[[str], Path]) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(binary(name), target)
         target.chmod(0o755)
+    for inside, text in image.texts.items():
+        target = staging / inside.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        target.chmod(0o644)
+    for inside in image.scratch_dirs:
+        folder = staging / inside.lstrip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o1777)
     for inside, points_to in image.links.items():
         link = staging / inside.lstrip("/")
         link.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ from gridloop import versions
 # busybox applets the test pods use; each becomes a link to /bin/busybox
 BUSYBOX_APPLETS = (
     "sh",
+    "httpd",
     "cat",
     "dmesg",
     "echo",
@@ -40,6 +41,15 @@ BUSYBOX_APPLETS = (
 )
 
 
+# the users the images run as, by name: root, nobody, and the images' own non-root user
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+    "gridloop:x:65535:65535:gridloop:/tmp:/bin/sh\n"
+)
+GROUP = "root:x:0:\nnobody:x:65534:\ngridloop:x:65535:\n"
+
+
 @dataclass(frozen=True)
 class Image:
     """One image: `ref` as the cluster pulls it; `files` (path in the image -> a binary
@@ -51,6 +61,10 @@ class Image:
     cmd: tuple[str, ...] = ()
     user: str = "65535:65535"
     links: dict[str, str] = field(default_factory=dict)
+    # path in the image -> its text (small files such as /etc/passwd)
+    texts: dict[str, str] = field(default_factory=dict)
+    # folders the image has, world-writable with the sticky bit, as /tmp is
+    scratch_dirs: tuple[str, ...] = ()
     why: str = ""
 
     @property
@@ -70,6 +84,8 @@ class Image:
         parts = [self.ref, *self.entrypoint, "|", *self.cmd, self.user]
         parts += [f"{p}={digest_of(name)}" for p, name in sorted(self.files.items())]
         parts += [f"{p}->{t}" for p, t in sorted(self.links.items())]
+        parts += [f"{p}:{t}" for p, t in sorted(self.texts.items())]
+        parts += list(self.scratch_dirs)
         return "|".join(parts)
 
 
@@ -99,6 +115,8 @@ def images(pause_version: str) -> tuple[Image, ...]:
             ref=busybox_ref(),
             files={"/bin/busybox": "busybox"},
             links={f"/bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS},
+            texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
+            scratch_dirs=("/tmp",),
             entrypoint=(),
             cmd=("/bin/sh",),
             why="a shell for the local cluster's test pods (Debian's busybox-static)",

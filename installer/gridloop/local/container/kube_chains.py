@@ -1,33 +1,31 @@
-"""The iptables chains a kubelet adds to the host, and taking them out again at `down`.
+"""The iptables chains the kubelets and kube-proxy add to the host, and taking them out.
 
 A kubelet on a host with iptables creates, in both iptables and ip6tables, the canary
-chains `KUBE-KUBELET-CANARY` (mangle, filter, nat; it watches them to see its rules
-flushed), `KUBE-IPTABLES-HINT` (mangle), and `KUBE-FIREWALL` (filter, jumped to from
-INPUT and OUTPUT: it drops packets to 127.0.0.0/8 from other sources). They outlive the
-kubelet. `up` records which of them the host already had before the first container node
-started (a real kubelet on the same host owns those: they are never touched), and `down`
-removes the others once no local cluster's container node is left.
+chains `KUBE-KUBELET-CANARY` (mangle, filter, nat), `KUBE-IPTABLES-HINT` (mangle) and
+`KUBE-FIREWALL` (filter, jumped to from INPUT and OUTPUT: it drops packets to
+127.0.0.0/8 from other sources); kube-proxy adds its Service chains (`KUBE-SERVICES`,
+`KUBE-SVC-...`, jumped to from PREROUTING, OUTPUT, FORWARD, POSTROUTING). All outlive
+their processes. `up` records which `KUBE-` chains the host already had before the first
+container node started (a real kubelet on the same host owns those: they are never
+touched), and `down` removes the others once no container node is left.
 
-`plan_removal` is pure (iptables-save text in, the iptables argument lists out).
+`chains` and `plan_removal` are pure (iptables-save text in, iptables arguments out).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
-KUBELET_CHAINS: dict[str, tuple[str, ...]] = {
-    "mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"),
-    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
-    "nat": ("KUBE-KUBELET-CANARY",),
-}
+PREFIX = "KUBE-"
 TOOLS = ("iptables", "ip6tables")
 
 
 def chains(saved: str) -> set[tuple[str, str]]:
-    """(table, chain) of every kubelet chain in an iptables-save output (pure)."""
+    """(table, chain) of every `KUBE-` chain in an iptables-save output (pure)."""
     found: set[tuple[str, str]] = set()
     table = ""
     for line in saved.splitlines():
@@ -35,13 +33,13 @@ def chains(saved: str) -> set[tuple[str, str]]:
             table = line[1:].strip()
         elif line.startswith(":"):
             name = line[1:].split()[0]
-            if name in KUBELET_CHAINS.get(table, ()):
+            if name.startswith(PREFIX):
                 found.add((table, name))
     return found
 
 
 def plan_removal(saved: str, keep: set[tuple[str, str]]) -> list[list[str]]:
-    """The iptables arguments that delete the kubelet chains not in `keep`: first every
+    """The iptables arguments that delete the `KUBE-` chains not in `keep`: first every
     rule that jumps to one (as `-D` of the same rule), then the chains' own rules, then
     the chains (pure)."""
     gone = chains(saved) - keep
@@ -51,7 +49,7 @@ def plan_removal(saved: str, keep: set[tuple[str, str]]) -> list[list[str]]:
         if line.startswith("*"):
             table = line[1:].strip()
         elif line.startswith("-A "):
-            parts = line.split()
+            parts = shlex.split(line)  # comments are quoted: "kubernetes service portals"
             target = parts[parts.index("-j") + 1] if "-j" in parts else ""
             if (table, target) in gone and (table, parts[1]) not in gone:
                 deletes.append(["-t", table, "-D", *parts[1:]])
@@ -71,16 +69,17 @@ def _save(tool: str) -> str | None:
 
 
 def record(path: Path) -> None:
-    """Write which kubelet chains the host has now, unless a record exists (an earlier
+    """Write which `KUBE-` chains the host has now, unless a record exists (an earlier
     `up` of this cluster made it, before its kubelets added theirs)."""
     if path.exists():
         return
     had = {tool: sorted(map(list, chains(_save(tool) or ""))) for tool in TOOLS}
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(had) + "\n")
 
 
 def remove(path: Path) -> list[str]:
-    """Delete the kubelet chains the record says the host did not have; return what is
+    """Delete the `KUBE-` chains the record says the host did not have; return what is
     left of them (empty: all gone). Without a record nothing is touched."""
     try:
         had = json.loads(path.read_text())
@@ -101,7 +100,7 @@ def remove(path: Path) -> list[str]:
 
 
 def present(path: Path) -> list[str]:
-    """The kubelet chains on the host that the record says were not there before."""
+    """The `KUBE-` chains on the host that the record says were not there before."""
     try:
         had = json.loads(path.read_text())
     except (OSError, ValueError):
