@@ -35,6 +35,11 @@ DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
 TEST_BASE_PORT = int(os.environ.get("GRIDLOOP_TEST_BASE_PORT", "27400"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that stop and restart the shared cluster run after all the others."""
+    items.sort(key=lambda item: item.get_closest_marker("restarts_cluster") is not None)
+
+
 @dataclass(frozen=True)
 class LocalCluster:
     state: State

@@ -9,66 +9,21 @@ kwok's (simulated), and kwok must leave this node and its pods alone.
 from __future__ import annotations
 
 import ipaddress
-import subprocess
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from container_pods import NODE, kubectl, phase, pod_spec
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop import versions
 from gridloop.fleet import CONTAINER_NODE_LABEL, KWOK_NODE_ANNOTATION, SIMULATED_LABEL
 from gridloop.fleet.nodes import planned_container_nodes
 from gridloop.fleet.schema import load_fleet
 from gridloop.local.container import configs
-from gridloop.local.images import table
 
 pytestmark = pytest.mark.cluster
-
-NODE = "system-000"
-TOLERATE = [{"key": CONTAINER_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
-
-
-def _kubectl(local_cluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    kubectl = local_cluster.state.dir / "bin" / "kubectl"
-    return subprocess.run(
-        [str(kubectl), "--kubeconfig", str(local_cluster.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def _pod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {CONTAINER_NODE_LABEL: "true"},
-            "tolerations": TOLERATE,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": table.busybox_ref(),
-                    "command": command,
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
-                        "runAsNonRoot": True,
-                        "runAsUser": 65534,
-                    },
-                }
-            ],
-            **spec,
-        },
-    }
-
-
-def _phase(core: client.CoreV1Api, namespace: str, name: str) -> str:
-    return str(core.read_namespaced_pod(name, namespace).status.phase)
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +45,11 @@ def test_the_container_node_is_a_real_kubelet_registered_as_itself(local_cluster
     labels = node.metadata.labels
     assert labels[CONTAINER_NODE_LABEL] == "true" and SIMULATED_LABEL not in labels
     assert KWOK_NODE_ANNOTATION not in (node.metadata.annotations or {})
-    assert node.status.node_info.kubelet_version == "v1.35.4"
-    assert node.status.node_info.container_runtime_version.startswith("containerd://v2.")
+    assert node.status.node_info.kubelet_version == versions.get("kubernetes").version
+    containerd = versions.get("containerd").version.lstrip("v")
+    assert node.status.node_info.container_runtime_version == f"containerd://{containerd}"
     assert [a.address for a in node.status.addresses if a.type == "InternalIP"] == [planned.node_ip]
     assert {h.name for h in node.status.runtime_handlers or []} >= {"runc", "runsc"}
-    assert node.spec.pod_cidr == planned.pod_cidr
 
 
 def test_a_runc_pod_runs_with_a_pod_ip_and_kubectl_logs_and_exec_reach_it(
@@ -102,10 +57,10 @@ def test_a_runc_pod_runs_with_a_pod_ip_and_kubectl_logs_and_exec_reach_it(
 ):
     core = local_cluster.core
     core.create_namespaced_pod(
-        namespace, _pod("hello", ["sh", "-c", "echo hello from $(hostname); sleep 3600"])
+        namespace, pod_spec("hello", ["sh", "-c", "echo hello from $(hostname); sleep 3600"])
     )
 
-    eventually(lambda: _phase(core, namespace, "hello") == "Running", "the pod to run", 90)
+    eventually(lambda: phase(core, namespace, "hello") == "Running", "the pod to run", 90)
 
     pod = core.read_namespaced_pod("hello", namespace)
     assert pod.spec.node_name == NODE
@@ -115,12 +70,12 @@ def test_a_runc_pod_runs_with_a_pod_ip_and_kubectl_logs_and_exec_reach_it(
     )
     logs = eventually(
         lambda: (
-            "hello from hello" in _kubectl(local_cluster, "logs", "-n", namespace, "hello").stdout
+            "hello from hello" in kubectl(local_cluster, "logs", "-n", namespace, "hello").stdout
         ),
         "kubectl logs to show the pod's output",
     )
     assert logs
-    kernel = _kubectl(local_cluster, "exec", "-n", namespace, "hello", "--", "cat", "/proc/version")
+    kernel = kubectl(local_cluster, "exec", "-n", namespace, "hello", "--", "cat", "/proc/version")
     assert kernel.returncode == 0, kernel.stderr
     with open("/proc/version") as host:
         assert kernel.stdout.strip() == host.read().strip()  # runc: the host's own kernel
@@ -131,15 +86,15 @@ def test_a_gvisor_pod_runs_on_gvisors_kernel_not_the_hosts(
 ):
     core = local_cluster.core
     core.create_namespaced_pod(
-        namespace, _pod("sandboxed", ["sleep", "3600"], runtimeClassName=gvisor)
+        namespace, pod_spec("sandboxed", ["sleep", "3600"], runtimeClassName=gvisor)
     )
 
-    eventually(lambda: _phase(core, namespace, "sandboxed") == "Running", "the gVisor pod", 90)
+    eventually(lambda: phase(core, namespace, "sandboxed") == "Running", "the gVisor pod", 90)
 
-    dmesg = _kubectl(local_cluster, "exec", "-n", namespace, "sandboxed", "--", "dmesg")
+    dmesg = kubectl(local_cluster, "exec", "-n", namespace, "sandboxed", "--", "dmesg")
     assert dmesg.returncode == 0, dmesg.stderr
     assert "Starting gVisor" in dmesg.stdout
-    kernel = _kubectl(local_cluster, "exec", "-n", namespace, "sandboxed", "--", "uname", "-r")
+    kernel = kubectl(local_cluster, "exec", "-n", namespace, "sandboxed", "--", "uname", "-r")
     with open("/proc/sys/kernel/osrelease") as host:
         assert kernel.stdout.strip() != host.read().strip()
 
@@ -147,7 +102,7 @@ def test_a_gvisor_pod_runs_on_gvisors_kernel_not_the_hosts(
 def test_a_pod_whose_image_does_not_exist_is_never_ready(local_cluster, namespace, eventually):
     """The fake-ready path is gone: kwok marked every pod Ready, a kubelet pulls the image."""
     apps = client.AppsV1Api(local_cluster.api)
-    pod = _pod("missing", ["sleep", "3600"])["spec"]
+    pod = pod_spec("missing", ["sleep", "3600"])["spec"]
     pod["restartPolicy"] = "Always"
     pod["containers"][0]["image"] = "ghcr.io/gridloop/does-not-exist:0.0.0"
     apps.create_namespaced_deployment(
@@ -195,6 +150,61 @@ def test_the_kubelet_may_change_only_its_own_node(local_cluster):
     assert secrets.value.status == 403
     mine = core.patch_node(NODE, {"metadata": {"annotations": {"gridloop.io/test": "ok"}}})
     assert mine.metadata.annotations["gridloop.io/test"] == "ok"
+
+
+def test_a_clusterip_service_answers_by_its_dns_name(local_cluster, namespace, eventually):
+    """kube-proxy programs the Service, CoreDNS answers its name under cluster.local."""
+    core, apps = local_cluster.core, client.AppsV1Api(local_cluster.api)
+    reply = "printf 'HTTP/1.0 200 OK\\r\\n\\r\\nhi from %s\\n' $(hostname)"
+    serve = f"while true; do {reply} | nc -l -p 8080; done"
+    server = pod_spec("x", ["sh", "-c", serve])["spec"]
+    server["restartPolicy"] = "Always"
+    apps.create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": server},
+            },
+        },
+    )
+    core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    )
+    core.create_namespaced_pod(namespace, pod_spec("client", ["sleep", "3600"]))
+    eventually(lambda: phase(core, namespace, "client") == "Running", "the client pod", 90)
+    cluster_ip = core.read_namespaced_service("web", namespace).spec.cluster_ip
+    name = f"web.{namespace}.svc.cluster.local"
+
+    def lookup() -> str:
+        found = kubectl(local_cluster, "exec", "-n", namespace, "client", "--", "nslookup", name)
+        return found.stdout if found.returncode == 0 else ""
+
+    answer = str(eventually(lookup, f"CoreDNS to answer {name}", 30))
+    assert f"Address: {cluster_ip}" in answer
+
+    def fetch() -> str:
+        # busybox's nc, to the address the name gave: kube-proxy's rules take it to the pod
+        got = kubectl(
+            local_cluster,
+            "exec",
+            "-n",
+            namespace,
+            "client",
+            "--",
+            "sh",
+            "-c",
+            f"nc -w 3 {cluster_ip} 80 </dev/null",
+        )
+        return got.stdout if "hi from web-" in got.stdout else ""
+
+    assert "hi from web-" in str(eventually(fetch, "the Service to reach the pod", 60))
 
 
 def test_containerd_takes_the_mirrored_registries_from_the_local_one(local_cluster):

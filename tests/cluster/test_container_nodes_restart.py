@@ -1,0 +1,108 @@
+"""`local down` leaves nothing of the container nodes behind, and `up` brings their pods back.
+
+This stops the shared cluster (tests/conftest.py) and starts it again, so it runs after
+every other test (the `restarts_cluster` marker). What it checks is the host itself:
+processes, cgroups, mounts, network interfaces, namespaces and iptables chains.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from container_pods import NODE, kubectl, phase, pod_spec
+
+from gridloop.local import cluster, processes
+from gridloop.local.container.layout import BRIDGE, CGROUP_PARENT, SOCKETS_ROOT
+
+pytestmark = [pytest.mark.cluster, pytest.mark.restarts_cluster]
+
+
+def _chains() -> list[str]:
+    found = []
+    for tool in ("iptables-save", "ip6tables-save"):
+        out = subprocess.run([tool], capture_output=True, text=True, check=False).stdout
+        found += [
+            f"{tool}: {line.split()[0]}"
+            for line in out.splitlines()
+            if line.startswith((":KUBE-", ":GRIDLOOP-"))
+        ]
+    return found
+
+
+def _veths() -> list[str]:
+    out = subprocess.run(
+        ["ip", "-o", "link", "show", "type", "veth"], capture_output=True, text=True, check=False
+    ).stdout
+    return [line.split(":")[1].strip() for line in out.splitlines() if ":" in line]
+
+
+def _mounts_under(folder: Path) -> list[str]:
+    text = Path("/proc/self/mountinfo").read_text()
+    return [
+        line.split()[4] for line in text.splitlines() if line.split()[4].startswith(str(folder))
+    ]
+
+
+def _netns_of_pods() -> set[str]:
+    """Network namespaces held by any process but the host's own."""
+    host = os.readlink("/proc/self/ns/net")
+    held = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ns = os.readlink(proc / "ns" / "net")
+            except OSError:
+                continue
+            if ns != host:
+                held.add(ns)
+    return held
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("GRIDLOOP_TEST_STATE")),
+    reason="GRIDLOOP_TEST_STATE reuses a user's running cluster: this test would stop it",
+)
+def test_down_leaves_nothing_and_up_brings_the_same_pods_back(local_cluster, namespace, eventually):
+    core, state = local_cluster.core, local_cluster.state
+    core.create_namespaced_pod(
+        namespace, pod_spec("keeps-running", ["sleep", "3600"], restartPolicy="Always")
+    )
+    eventually(lambda: phase(core, namespace, "keeps-running") == "Running", "the pod", 90)
+    netns_before = _netns_of_pods()
+    assert netns_before and _veths() and _chains()  # the pod and the Services are real
+    pids = [p.pid for p in state.processes]
+
+    result = cluster.down(state.dir)
+
+    assert not result.busy and not result.left, result.left.describe()
+    assert not [p for p in state.processes if processes.alive(p)], pids
+    assert not [c for c in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_PARENT}")]
+    assert not _mounts_under(state.dir)
+    assert not _veths()
+    assert not (netns_before & _netns_of_pods())
+    assert subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0
+    assert not _chains()
+    assert not SOCKETS_ROOT.exists()
+    assert not [p for p in state.ports.by_process().values() if processes.listening(p)]
+
+    # as tests/conftest.py started it, from the fleet it recorded
+    again = cluster.up(
+        state.dir,
+        state.dir / "fleet.yaml",
+        state.base_port,
+        say=lambda _m: None,
+        health_service=False,
+    )
+
+    assert not again.already_running
+    eventually(
+        lambda: phase(core, namespace, "keeps-running") == "Running", "the pod to be back", 120
+    )
+    pod = core.read_namespaced_pod("keeps-running", namespace)
+    assert pod.spec.node_name == NODE
+    assert pod.status.container_statuses[0].restart_count >= 1  # a new container, same pod
+    alive = kubectl(local_cluster, "exec", "-n", namespace, "keeps-running", "--", "true")
+    assert alive.returncode == 0, alive.stderr
