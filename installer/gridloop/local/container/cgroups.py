@@ -26,7 +26,9 @@ def hierarchies(root: Path = CGROUP_FS) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(
-        p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and (p / "cgroup.procs").exists()
+        p
+        for p in root.iterdir()
+        if p.is_dir() and not p.is_symlink() and (p / "cgroup.procs").exists()
     )
 
 
