@@ -9,8 +9,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: setup host-packages build demo down test test-unit lint bench clean
 
 # Debian packages the local cluster's container nodes need on the host (buildah builds
-# their images); installed with apt-get when missing and running as root
-HOST_PACKAGES := buildah
+# their images, debootstrap the base of gridloop's image); installed with apt-get when missing and running as root
+HOST_PACKAGES := buildah debootstrap
 
 setup: $(STAMP)
 

@@ -76,12 +76,18 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "registry",
+        "containerd/system-000",
+        "kubelet/system-000",
+        "kube-proxy",
+        "coredns",
         "dcgm-sim",
         "prometheus",
         "kueue",
         "agent-sandbox",
     ]
     assert info["nodes"] == {"ready": 24, "total": 24, "expected": 24}
+    assert [(n["name"], n["ready"]) for n in info["container_nodes"]] == [("system-000", True)]
     assert info["state_dir"] == str(local_cluster.state.dir)
 
 
@@ -95,7 +101,7 @@ def test_env_lets_kubectl_and_helm_reach_the_cluster(local_cluster, gridloop):
     out = subprocess.run(
         ["bash", "-c", script], capture_output=True, text=True, env=env, check=True
     ).stdout.split("\n")
-    assert out[0].strip() == "24"
+    assert out[0].strip() == "25"  # the 24 simulated GPU nodes and the container node
     assert json.loads(out[1]) == []
 
 

@@ -109,7 +109,7 @@ def test_no_binary_is_built_by_two_recipes() -> None:
 
 def test_unknown_recipe_is_a_key_error() -> None:
     with pytest.raises(KeyError):
-        recipe_for("kuberay")
+        recipe_for("kaito")
 
 
 @pytest.mark.parametrize(

@@ -335,7 +335,10 @@ def _binaries(say: Say, gpu_health: bool, kueue: bool, nodes: bool) -> dict[str,
     names = (*ORDER, "kubectl", "helm", *(("prometheus",) if gpu_health else ()))
     names += (KUEUE,) if kueue else ()
     names += (AGENT_SANDBOX_BINARY,)
-    names += (*container.BINARIES, "registry", "pause", "busybox", *SERVICES) if nodes else ()
+    if nodes:
+        from gridloop.local.images import pushing
+
+        names += (*container.BINARIES, "registry", *pushing.BINARIES, *SERVICES)
     needed = {r.name for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
     missing = [c for c in building.missing_components() if c in needed]
     if missing:

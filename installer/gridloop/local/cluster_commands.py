@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import FleetError, dump_fleet, generate_fleet
@@ -145,10 +146,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     running = bool(procs) and all(p["running"] for p in procs)
     ready = total = None
     rows: list[simulated_nodes.PoolRow] = []
+    real: list[dict[str, object]] = []
     if running and state is not None:
         try:
             rows = simulated_nodes.fleet_rows(kube.api_client(state.kubeconfig))
             ready, total = sum(r.ready for r in rows), sum(r.nodes for r in rows)
+            real = _container_nodes(kube.api_client(state.kubeconfig))
         except Exception as err:  # status must report, not crash, on an unreachable API
             print(f"warning: API server unreachable: {err}", file=sys.stderr)
     info = {
@@ -161,6 +164,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "ports": state.ports.by_process() if state else {},
         "processes": procs,
         "pools": [asdict(r) for r in rows],
+        "container_nodes": real,
     }
     if args.output == "json":
         print(json.dumps(info, indent=2))
@@ -176,14 +180,38 @@ def cmd_status(args: argparse.Namespace) -> int:
         if running
         else f"fleet:      {state.fleet_name}"
     )
+    for node in real:
+        mark = "Ready" if node["ready"] else "NotReady"
+        print(f"container:  {node['name']} {mark} {node['address']} ({node['runtime']})")
     ports = {v: k for k, v in state.ports.by_process().items()}
     for p in procs:
-        port = next((n for n, owner in ports.items() if owner == p["name"]), "")
+        port = next((n for n, owner in ports.items() if owner.split(" (")[0] == p["name"]), "")
         mark = "running" if p["running"] else "dead"
         print(f"  {p['name']:<24} pid {p['pid']:<8} {mark:<8} 127.0.0.1:{port}  {p['log']}")
     if rows:
         _print_pools(rows)
     return 0 if running else 3
+
+
+def _container_nodes(api: Any) -> list[dict[str, object]]:
+    """The real nodes (container nodes): name, Ready, address, runtime."""
+    from kubernetes import client as k8s
+
+    from gridloop.fleet import CONTAINER_NODE_LABEL
+
+    out: list[dict[str, object]] = []
+    for node in k8s.CoreV1Api(api).list_node(label_selector=CONTAINER_NODE_LABEL).items:
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        internal = [a.address for a in node.status.addresses or [] if a.type == "InternalIP"]
+        out.append(
+            {
+                "name": node.metadata.name,
+                "ready": ready,
+                "address": internal[0] if internal else "",
+                "runtime": node.status.node_info.container_runtime_version,
+            }
+        )
+    return out
 
 
 def _print_pools(rows: list[simulated_nodes.PoolRow]) -> None:

@@ -22,12 +22,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     verbs = local.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    p = verbs.add_parser("build", help="build the control-plane binaries into the cache")
+    p = verbs.add_parser(
+        "build", help="build the local cluster's binaries and images into the cache"
+    )
     p.add_argument(
         "components",
         nargs="*",
-        help="only these (etcd, kubernetes, kwok, helm, helm3, kueue, agent-sandbox, trivy, "
-        "prometheus)",
+        help="only these recipes (etcd, kubernetes, kubernetes-node, containerd, gvisor, ..., "
+        "or `images` for the container nodes' images); default: everything",
     )
     p.set_defaults(func=cmd_build)
 
@@ -50,9 +52,20 @@ class _BuildPrinter:
             print(f"  ✓ {label:<34} built in {p.seconds:.0f}s", flush=True)
 
 
+IMAGES = "images"
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     printer = _BuildPrinter()
     print(f"building into {paths.cache_root()}", flush=True)
-    building.build(args.components or None, printer)
+    named = [c for c in args.components if c != IMAGES]
+    if named or not args.components:
+        building.build(named or None, printer)
+    if IMAGES in args.components or not args.components:
+        from gridloop.local.images import pushing
+
+        print("images (buildah, FROM scratch and gridloop's Containerfile):", flush=True)
+        binaries = {name: building.binary(name) for name in pushing.BINARIES}
+        pushing.build_all(binaries, lambda line: print(line, flush=True))
     print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
     return 0

@@ -292,6 +292,14 @@ RECIPES: tuple[Recipe, ...] = (
         },
         ldflags=lambda comp: [],
     ),
+    # KubeRay's operator, for its image on the container nodes (images/table.py). Upstream's
+    # Dockerfile builds it with cgo and the strictfipsruntime tag on a distroless base;
+    # here it is static (CGO off) in an image FROM scratch.
+    Recipe(
+        component="kuberay",
+        binaries={"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
+        ldflags=lambda comp: [],
+    ),
     Recipe(
         component="trivy",
         binaries={"trivy": "github.com/aquasecurity/trivy/cmd/trivy"},

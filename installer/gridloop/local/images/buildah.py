@@ -26,7 +26,8 @@ def _runroot() -> Path:
     return paths.cache_root() / "buildah" / "run"
 
 
-def _buildah() -> list[str]:
+def command() -> list[str]:
+    """buildah with gridloop's storage (in the build cache, vfs driver)."""
     found = shutil.which("buildah")
     if found is None:
         raise BuildError(
@@ -52,7 +53,7 @@ def _stamp(image: Image) -> Path:
     return paths.cache_root() / "images" / f"{_slug(image)}.json"
 
 
-def _local_name(image: Image) -> str:
+def local_name(image: Image) -> str:
     return f"localhost/gridloop-build/{_slug(image)}:latest"
 
 
@@ -60,7 +61,8 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _run(cmd: list[str], log: Path, what: str) -> str:
+def run_logged(cmd: list[str], log: Path, what: str) -> str:
+    """Run `cmd`, its stderr (and its stdout) into `log`; one line naming `what` on failure."""
     with log.open("a") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
@@ -109,19 +111,19 @@ def build(image: Image, binary: Callable[[str], Path]) -> Path:
         link = staging / inside.lstrip("/")
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(points_to)
-    bah = _buildah()
-    container = _run([*bah, "from", "scratch"], log, what)
+    bah = command()
+    container = run_logged([*bah, "from", "scratch"], log, what)
     try:
-        _run([*bah, "copy", container, f"{staging}/", "/"], log, what)
+        run_logged([*bah, "copy", container, f"{staging}/", "/"], log, what)
         config = [*bah, "config", "--user", image.user]
         config += ["--entrypoint", json.dumps(list(image.entrypoint))] if image.entrypoint else []
         config += ["--cmd", json.dumps(list(image.cmd))] if image.cmd else []
-        _run(
+        run_logged(
             [*config, "--label", f"org.opencontainers.image.ref.name={image.ref}", container],
             log,
             what,
         )
-        _run([*bah, "commit", "--format", "oci", container, _local_name(image)], log, what)
+        run_logged([*bah, "commit", "--format", "oci", container, local_name(image)], log, what)
     finally:
         subprocess.run([*bah, "rm", container], capture_output=True, check=False)
     shutil.rmtree(staging, ignore_errors=True)
@@ -133,10 +135,59 @@ def build(image: Image, binary: Callable[[str], Path]) -> Path:
 def push(image: Image, port: int, force: bool = False) -> bool:
     """Push `image` to the local registry unless it holds the tag (or `force`: the image
     was just rebuilt); True when pushed."""
-    if not force and registry.has(port, image.registry, image.repository, image.tag):
-        return False
     log = paths.cache_root() / "images" / f"{_slug(image)}.log"
-    dest = f"docker://127.0.0.1:{port}/{image.registry}/{image.repository}:{image.tag}"
-    cmd = [*_buildah(), "push", "--tls-verify=false", _local_name(image), dest]
-    _run(cmd, log, f"pushing image {image.ref}")
+    return push_named(local_name(image), image.ref, port, force, log)
+
+
+def push_named(local: str, ref: str, port: int, force: bool, log: Path) -> bool:
+    """Push buildah's image `local` as `ref` (stored in the registry under the path
+    `<registry>/<repository>`), unless the registry holds it and not `force`."""
+    host, rest = ref.split("/", 1)
+    repository, tag = rest.rsplit(":", 1)
+    if not force and registry.has(port, host, repository, tag):
+        return False
+    dest = f"docker://127.0.0.1:{port}/{host}/{repository}:{tag}"
+    cmd = [*command(), "push", "--tls-verify=false", local, dest]
+    run_logged(cmd, log, f"pushing image {ref}")
     return True
+
+
+def exists(name: str) -> bool:
+    proc = subprocess.run([*command(), "inspect", "--type", "image", name], capture_output=True)
+    return proc.returncode == 0
+
+
+def image_id(name: str) -> str:
+    proc = subprocess.run(
+        [*command(), "inspect", "--type", "image", "--format", "{{.FromImageID}}", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"image {name} is not in buildah's storage: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def image_size(name: str) -> str:
+    """The image's size as `buildah images` shows it (its layers unpacked, e.g. 459 MB)."""
+    proc = subprocess.run(
+        [*command(), "images", "--json", name], capture_output=True, text=True, check=False
+    )
+    try:
+        return str(json.loads(proc.stdout)[0]["size"])
+    except (ValueError, IndexError, KeyError):
+        raise BuildError(f"image {name} is not in buildah's storage") from None
+
+
+def commit_rootfs(root: Path, name: str, log: Path, what: str) -> None:
+    """An image FROM scratch holding the folder `root` as its filesystem."""
+    bah = command()
+    container = run_logged([*bah, "from", "scratch"], log, what)
+    try:
+        run_logged([*bah, "copy", container, f"{root}/", "/"], log, what)
+        path = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        run_logged([*bah, "config", "--env", path, "--cmd", '["/bin/bash"]', container], log, what)
+        run_logged([*bah, "commit", "--format", "oci", container, name], log, what)
+    finally:
+        subprocess.run([*bah, "rm", container], capture_output=True, check=False)

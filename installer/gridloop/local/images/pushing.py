@@ -1,20 +1,61 @@
-"""Put the images the container nodes need into the local registry (the shell `up` calls)."""
+"""Build the local cluster's images and put them into its registry (what `build` and `up`
+call): the rows of table.py, FROM scratch, and gridloop's own, from its Containerfile."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from gridloop.local import building
-from gridloop.local.images import buildah, table
+from gridloop.local import building, paths
+from gridloop.local.images import buildah, gridloop_image, table
+
+Say = Callable[[str], None]
+# what the rows are made of, from the build cache (recipes.py)
+BINARIES = (
+    "pause",
+    "busybox",
+    *(binary for _component, binary, _path in table.CONTROLLERS),
+)
 
 
-def ensure_images(port: int, binaries: Mapping[str, Path]) -> str:
-    """Build (unless cached) and push (unless the registry holds it) every image of the
-    table; return the pause image's reference, which containerd pins."""
-    pause = building.built_version("pause")
-    for image in table.images(pause):
+@dataclass(frozen=True)
+class Report:
+    ref: str
+    built: bool
+    pushed: bool = False
+    seconds: float = 0.0
+
+
+def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[Report]:
+    """Build every image unless cached; push nothing."""
+    out = []
+    for image in table.images(building.built_version("pause")):
+        t0 = time.monotonic()
         fresh = not buildah.built(image, lambda n: binaries[n])
         buildah.build(image, lambda n: binaries[n])
-        buildah.push(image, port, force=fresh)
+        out.append(Report(image.ref, fresh, seconds=time.monotonic() - t0))
+        say(f"  ✓ {image.ref:<62} {'built' if fresh else 'cached'}")
+    made = gridloop_image.build()
+    out.append(Report(made.ref, made.fresh, seconds=made.seconds))
+    say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
+    return out
+
+
+def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m: None) -> str:
+    """Build (unless cached) and push (unless the registry holds it) every image; return
+    the pause image's reference, which containerd pins."""
+    pause = building.built_version("pause")
+    for report in build_all(binaries, say):
+        local = _local(report.ref, pause)
+        log = paths.cache_root() / "images" / "push.log"
+        buildah.push_named(local, report.ref, port, report.built, log)
     return table.pause_ref(pause)
+
+
+def _local(ref: str, pause: str) -> str:
+    for image in table.images(pause):
+        if image.ref == ref:
+            return buildah.local_name(image)
+    return ref  # gridloop's image is tagged with its own name

@@ -48,6 +48,21 @@ def health_url(port: int) -> str:
     return f"http://{LOOPBACK}:{port}/v2/"
 
 
+def pulled_bytes(port: int, ref: str) -> int:
+    """What a node downloads for `ref`: the sum of its compressed layers and config, from
+    the manifest the registry serves."""
+    import json
+
+    host, rest = ref.split("/", 1)
+    repository, tag = rest.rsplit(":", 1)
+    url = f"http://{LOOPBACK}:{port}/v2/{host}/{repository}/manifests/{tag}"
+    req = urllib.request.Request(url, headers={"Accept": MANIFEST_TYPES})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        manifest = json.loads(resp.read())
+    parts = [*manifest.get("layers", []), manifest.get("config", {})]
+    return sum(int(p.get("size", 0)) for p in parts)
+
+
 def has(port: int, registry: str, repository: str, tag: str) -> bool:
     """Whether the registry holds `registry/repository:tag` (stored under that path)."""
     url = f"http://{LOOPBACK}:{port}/v2/{registry}/{repository}/manifests/{tag}"

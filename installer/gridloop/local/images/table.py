@@ -1,10 +1,13 @@
 """The images the local cluster builds, one row each (pure).
 
-A row names the image exactly as a cluster pulls it (`registry.k8s.io/pause:3.10.1`):
-containerd on the container nodes takes those registries from the local one
-(container/configs.registry_hosts), so nothing is renamed for the local cluster. Each
-row is built `FROM scratch` out of files from the build cache (a static program), so
-no base image is fetched from anywhere.
+A row names the image exactly as a cluster pulls it (`registry.k8s.io/pause:3.10.1`,
+`registry.k8s.io/kueue/kueue:v0.17.1`: the bundle's pins): containerd on the container
+nodes takes those registries from the local one (container/configs.registry_hosts), so
+nothing is renamed for the local cluster. Each row is built `FROM scratch` out of files
+from the build cache (static programs built from their Go modules), so no base image is
+fetched from anywhere. These images are rebuilt locally, not pulled: the upstream
+controllers' released images are distroless (static-debian or base-debian12) with the
+same program at the same path, run as 65532.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ BUSYBOX_APPLETS = (
 # the users the images run as, by name: root, nobody, and the images' own non-root user
 PASSWD = (
     "root:x:0:0:root:/root:/bin/sh\n"
+    "nonroot:x:65532:65532:nonroot:/tmp:/sbin/nologin\n"
     "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
     "gridloop:x:65535:65535:gridloop:/tmp:/bin/sh\n"
 )
-GROUP = "root:x:0:\nnobody:x:65534:\ngridloop:x:65535:\n"
+GROUP = "root:x:0:\nnonroot:x:65532:\nnobody:x:65534:\ngridloop:x:65535:\n"
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,43 @@ def busybox_ref() -> str:
     return f"ghcr.io/gridloop/busybox:{upstream_version(versions.get('busybox').version)}"
 
 
+# upstream controllers the chart deploys: (component, binary in the build cache, path in
+# the image as upstream's Dockerfile puts it); the name and tag are the bundle's pin
+CONTROLLERS = (
+    ("kueue", "kueue", "/manager"),
+    ("kuberay", "kuberay-operator", "/manager"),
+    ("agent-sandbox", "agent-sandbox-controller", "/agent-sandbox-controller"),
+)
+NONROOT = "65532:65532"  # distroless' nonroot, as upstream's images run
+
+
+def controller_ref(component: str) -> str:
+    """The image the bundle pins the component's controller to (bundle/sources.py)."""
+    from gridloop.bundle.sources import source_for
+
+    pin = source_for(component).pin
+    assert pin is not None, component
+    return pin.for_version(versions.get(component).version)
+
+
+def controllers() -> tuple[Image, ...]:
+    return tuple(
+        Image(
+            ref=controller_ref(component),
+            files={path: binary},
+            entrypoint=(path,),
+            user=NONROOT,
+            texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
+            scratch_dirs=("/tmp",),
+            why=f"{component}'s controller, built from its Go module (recipes.py)",
+        )
+        for component, binary, path in CONTROLLERS
+    )
+
+
 def images(pause_version: str) -> tuple[Image, ...]:
+    """The images built FROM scratch: the pause image, a busybox for tests, and the
+    upstream controllers (gridloop's own image is built from its Containerfile)."""
     return (
         Image(
             ref=pause_ref(pause_version),
@@ -121,4 +161,5 @@ def images(pause_version: str) -> tuple[Image, ...]:
             cmd=("/bin/sh",),
             why="a shell for the local cluster's test pods (Debian's busybox-static)",
         ),
+        *controllers(),
     )
