@@ -8,9 +8,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup host-packages build demo down test test-unit lint bench clean
 
-# Debian packages the local cluster's container nodes need on the host (buildah builds
-# their images, debootstrap the base of gridloop's image); installed with apt-get when missing and running as root
-HOST_PACKAGES := buildah debootstrap
+# Debian packages the local cluster's container nodes need on the host: buildah builds
+# their images, debootstrap the base of gridloop's image, iptables carries kube-proxy's
+# rules; installed with apt-get when missing and running as root
+HOST_PACKAGES := buildah debootstrap iptables
 
 setup: $(STAMP)
 

@@ -22,6 +22,7 @@ from gridloop.fleet import CONTAINER_NODE_LABEL, KWOK_NODE_ANNOTATION, SIMULATED
 from gridloop.fleet.nodes import planned_container_nodes
 from gridloop.fleet.schema import load_fleet
 from gridloop.local.container import configs
+from gridloop.local.images import gridloop_image
 
 pytestmark = pytest.mark.cluster
 
@@ -205,6 +206,39 @@ def test_a_clusterip_service_answers_by_its_dns_name(local_cluster, namespace, e
         return got.stdout if "hi from web-" in got.stdout else ""
 
     assert "hi from web-" in str(eventually(fetch, "the Service to reach the pod", 60))
+
+
+IN_CLUSTER = """
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+config.load_incluster_config()
+print("version", client.VersionApi().get_code().git_version)
+try:
+    client.CoreV1Api().list_namespaced_secret("kube-system")
+except ApiException as err:
+    print("secrets", err.status)
+"""
+
+
+def test_gridloops_image_reaches_the_api_server_from_a_pod_as_its_service_account(
+    local_cluster, namespace, eventually
+):
+    """gridloop's own image (built from the Containerfile) runs as its non-root user and
+    talks to the API server through the `kubernetes` Service with in-cluster config."""
+    spec = pod_spec("in-cluster", ["python3", "-c", IN_CLUSTER])
+    container = spec["spec"]["containers"][0]
+    container["image"] = gridloop_image.image_ref()
+    container["securityContext"]["runAsUser"] = 65532
+    core = local_cluster.core
+    core.create_namespaced_pod(namespace, spec)
+
+    eventually(
+        lambda: phase(core, namespace, "in-cluster") == "Succeeded", "the pod to finish", 120
+    )
+
+    logs = core.read_namespaced_pod_log("in-cluster", namespace)
+    assert f"version {versions.get('kubernetes').version}" in logs
+    assert "secrets 403" in logs  # the default ServiceAccount may not read Secrets
 
 
 def test_containerd_takes_the_mirrored_registries_from_the_local_one(local_cluster):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,26 @@ def _one_error_line(stderr: str) -> str:
             id="too-many-gpus-per-node",
         ),
         pytest.param(GOOD.replace("kind: Fleet", "kind: Cluster"), "kind", id="wrong-kind"),
+        pytest.param(
+            GOOD.replace("  nodes: 1\n", "  nodes: 1\n  runtime: kata\n", 1),
+            "containerNodes: unknown field 'runtime'",
+            id="container-nodes-unknown-key",
+        ),
+        pytest.param(
+            GOOD.replace("  nodes: 1\n", "  nodes: 0\n", 1),
+            "containerNodes.nodes: must be an integer from 1 to 3, got 0",
+            id="zero-container-nodes",
+        ),
+        pytest.param(
+            GOOD.replace("  nodes: 1\n", "  nodes: 4\n", 1),
+            "containerNodes.nodes: must be an integer from 1 to 3, got 4",
+            id="too-many-container-nodes",
+        ),
+        pytest.param(
+            GOOD.replace("  # podSubnet: 10.200.0.0/16", "  podSubnet: 10.96.0.0/12", 1),
+            "overlaps the local cluster's Service range",
+            id="pod-subnet-over-the-service-range",
+        ),
     ],
 )
 def test_bad_fleet_file_is_refused_before_anything_starts(tmp_path, gridloop, fleet_text, expected):
@@ -117,3 +138,65 @@ def test_a_missing_kubeconfig_is_one_line_naming_the_flag(tmp_path, gridloop):
     result = gridloop("health", "status", "--kubeconfig", str(tmp_path / "missing"))
     assert result.returncode == 2
     assert "--kubeconfig" in _one_error_line(result.stderr)
+
+
+def _a_host_network() -> str | None:
+    from gridloop.fleet.host_networks import read_host_networks
+
+    for _interface, cidr in read_host_networks():
+        if not cidr.startswith("127."):
+            return cidr
+    return None
+
+
+def test_a_pod_subnet_over_the_hosts_own_network_is_refused(tmp_path, gridloop):
+    """The subnet is this machine's own network, read as `up` reads it."""
+    import ipaddress
+
+    host = _a_host_network()
+    if host is None:
+        pytest.skip("this machine has no IPv4 network besides loopback to overlap")
+    net = ipaddress.ip_network(host, strict=False)
+    subnet = net.supernet(new_prefix=min(net.prefixlen, 22)) if net.prefixlen > 22 else net
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GOOD.replace("  # podSubnet: 10.200.0.0/16", f"  podSubnet: {subnet}", 1))
+    state = tmp_path / "state"
+
+    result = gridloop(
+        "local", "up", "--fleet", str(bad), "--state-dir", str(state), "--base-port", "27800"
+    )
+
+    assert result.returncode == 2
+    line = _one_error_line(result.stderr)
+    assert "containerNodes.podSubnet" in line and "overlaps the host's network" in line
+    assert not (state / "state.json").exists()
+
+
+def test_container_nodes_without_buildah_are_refused_before_anything_starts(tmp_path, gridloop):
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(GOOD)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("ip", "umount", "iptables"):  # everything but buildah
+        found = shutil.which(tool)
+        if found:
+            (tools / tool).symlink_to(found)
+    env = {**os.environ, "PATH": str(tools)}
+    state = tmp_path / "state"
+
+    result = gridloop(
+        "local",
+        "up",
+        "--fleet",
+        str(fleet),
+        "--state-dir",
+        str(state),
+        "--base-port",
+        "27800",
+        env=env,
+    )
+
+    assert result.returncode == 2
+    line = _one_error_line(result.stderr)
+    assert "`buildah` not found on PATH" in line and "apt-get install buildah" in line
+    assert not (state / "state.json").exists()

@@ -259,3 +259,22 @@ def test_kwok_gives_simulated_nodes_its_own_loopback_port_as_kubelet_port() -> N
     values = flag_values(argvs(ports)["kwok"])
     assert values["--node-ip"] == LOOPBACK
     assert values["--node-port"] == str(ports.kwok)
+
+
+def test_without_container_nodes_the_api_server_is_on_loopback_only(tmp_path: Path) -> None:
+    argv = flags.apiserver(Path("/bin/kube-apiserver"), Ports.from_base(BASE), tmp_path)
+
+    assert "--bind-address=127.0.0.1" in argv
+    assert "--endpoint-reconciler-type=none" in argv
+
+
+def test_with_container_nodes_pods_reach_the_api_server_at_the_first_nodes_address(
+    tmp_path: Path,
+) -> None:
+    argv = flags.apiserver(
+        Path("/bin/kube-apiserver"), Ports.from_base(BASE), tmp_path, advertise="10.200.0.1"
+    )
+
+    assert "--bind-address=0.0.0.0" in argv  # GRIDLOOP-HOST lets in loopback and the bridge
+    assert "--advertise-address=10.200.0.1" in argv
+    assert not [a for a in argv if a.startswith("--endpoint-reconciler-type")]

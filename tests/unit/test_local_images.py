@@ -122,3 +122,25 @@ def test_the_registry_is_served_and_checked_on_loopback() -> None:
         "/s/registry.yaml",
     ]
     assert registry.health_url(26413) == "http://127.0.0.1:26413/v2/"
+
+
+def test_the_upstream_controllers_are_named_as_the_bundle_pins_them() -> None:
+    refs = {image.ref for image in table.controllers()}
+
+    assert refs == {
+        f"registry.k8s.io/kueue/kueue:{versions.get('kueue').version}",
+        f"quay.io/kuberay/operator:{versions.get('kuberay').version}",
+        "registry.k8s.io/agent-sandbox/agent-sandbox-controller:"
+        + versions.get("agent-sandbox").version,
+    }
+
+
+def test_each_controller_sits_where_upstreams_dockerfile_puts_it_and_runs_as_nonroot() -> None:
+    by_ref = {image.ref.split(":")[0]: image for image in table.controllers()}
+
+    assert by_ref["registry.k8s.io/kueue/kueue"].entrypoint == ("/manager",)
+    assert by_ref["quay.io/kuberay/operator"].entrypoint == ("/manager",)
+    sandbox = by_ref["registry.k8s.io/agent-sandbox/agent-sandbox-controller"]
+    assert sandbox.entrypoint == ("/agent-sandbox-controller",)
+    assert {image.user for image in by_ref.values()} == {"65532:65532"}
+    assert all("nonroot:x:65532:65532" in image.texts["/etc/passwd"] for image in by_ref.values())

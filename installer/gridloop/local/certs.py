@@ -192,8 +192,10 @@ def issue(
     _write_key(keyf, key)
 
 
-def ensure_pki(dir: Path) -> Pki:
-    """Create (or keep) every certificate and key the control plane needs."""
+def ensure_pki(dir: Path, advertise: str | None = None) -> Pki:
+    """Create (or keep) every certificate and key the control plane needs; with
+    `advertise` (the address pods reach the API server at), the API server's
+    certificate names it too."""
     dir.mkdir(parents=True, exist_ok=True)
     ca = _ca(dir, "ca", "gridloop-local-ca")
     issue(
@@ -202,7 +204,7 @@ def ensure_pki(dir: Path) -> Pki:
         ca,
         "kube-apiserver",
         dns=API_SANS,
-        ips=("127.0.0.1", SERVICE_IP),
+        ips=("127.0.0.1", SERVICE_IP, *((advertise,) if advertise else ())),
         server=True,
     )
     for client, (cn, orgs) in CLIENTS.items():

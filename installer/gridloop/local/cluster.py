@@ -158,6 +158,8 @@ def up(
     _prepare(state, fleet_path, binaries, fleet, policy_path)
     t0 = time.monotonic()
     try:
+        if nodes:  # the API server advertises the first node's address on the bridge
+            container.prepare_network(fleet, state.ports)
         _start_all(state, binaries, say, ORDER)
         started = time.monotonic() - t0
         api = kube.api_client(state.kubeconfig)
@@ -364,7 +366,7 @@ def _prepare(
     for sub in ("pki", "etcd", "logs", "bin", "sim", "prometheus", "kueue"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     (d / "etcd").chmod(0o700)
-    pki = certs.ensure_pki(d / "pki")
+    pki = certs.ensure_pki(d / "pki", container.advertise_address(fleet))
     certs.write_kubeconfigs(pki, state.server)
     shutil.copyfile(pki.kubeconfig("admin"), state.kubeconfig)
     state.kubeconfig.chmod(0o600)
@@ -400,7 +402,7 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
         case "etcd":
             return flags.etcd(binaries[name], ports, state.dir / "etcd")
         case "kube-apiserver":
-            return flags.apiserver(binaries[name], ports, pki)
+            return flags.apiserver(binaries[name], ports, pki, _advertise(state))
         case "kube-controller-manager":
             return flags.controller_manager(binaries[name], ports, pki)
         case "kube-scheduler":
@@ -460,6 +462,12 @@ def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             config.write_text(registry.config(ports.registry, registry.storage()))
             return registry.argv(binaries[name], config)
     raise KeyError(name)
+
+
+def _advertise(state: State) -> str | None:
+    """The address pods reach the API server at (none without container nodes)."""
+    fleet_file = state.dir / "fleet.yaml"
+    return container.advertise_address(load_fleet(fleet_file)) if fleet_file.is_file() else None
 
 
 def _env(name: str, state: State) -> dict[str, str] | None:

@@ -4,9 +4,10 @@ Everything listens on 127.0.0.1 only. Choices that differ from a production
 cluster, and why:
 - etcd runs with `--unsafe-no-fsync`: this is a disposable simulator, and
   fsync dominates write latency on a small VM (5,000 simulated nodes).
-- the API server advertises 127.0.0.1 and does not reconcile the `kubernetes`
-  Service endpoints (`--endpoint-reconciler-type=none`): a loopback address is
-  not a valid endpoint.
+- without container nodes, the API server advertises 127.0.0.1 and does not reconcile
+  the `kubernetes` Service endpoints (`--endpoint-reconciler-type=none`): a loopback
+  address is not a valid endpoint. With them, it advertises the first container node's
+  address on the pod bridge, so pods reach it through the `kubernetes` Service.
 - simulated nodes report 127.0.0.1 as their address and kwok's port as their
   kubelet port, so `kubectl logs` never leaves the machine.
 - simulated nodes post their status every 5 minutes, as kubelets do when nothing
@@ -159,14 +160,25 @@ def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
     ]
 
 
-def apiserver(binary: Path, ports: Ports, pki: Path) -> list[str]:
+def apiserver(binary: Path, ports: Ports, pki: Path, advertise: str | None = None) -> list[str]:
+    """With `advertise` (the first container node's address, on the pod bridge), pods reach
+    the API server as on a real cluster: it listens on every address (hostnet's
+    GRIDLOOP-HOST chain drops what does not come from loopback or the bridge), advertises
+    that address, and its endpoint reconciler points the `kubernetes` Service there.
+    Without container nodes, loopback only: nothing but this machine's clients talk to it."""
+    if advertise:
+        listen = ["--bind-address=0.0.0.0", f"--advertise-address={advertise}"]
+    else:
+        listen = [
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            "--endpoint-reconciler-type=none",
+        ]
     return [
         str(binary),
         f"--etcd-servers=http://{LOOPBACK}:{ports.etcd}",
-        f"--bind-address={LOOPBACK}",
-        f"--advertise-address={LOOPBACK}",
+        *listen,
         f"--secure-port={ports.apiserver}",
-        "--endpoint-reconciler-type=none",
         f"--tls-cert-file={pki / 'apiserver.crt'}",
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",

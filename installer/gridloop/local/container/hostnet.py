@@ -87,9 +87,37 @@ FORWARDING = Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding")
 
 
 def isolation_rules() -> bool:
-    """Whether the ISOLATE chain is still on the host."""
-    found = _iptables("-n", "-L", ISOLATE)
-    return found is not None and found.returncode == 0
+    """Whether the ISOLATE or HOST chain is still on the host."""
+    for chain in (ISOLATE, HOST):
+        found = _iptables("-n", "-L", chain)
+        if found is not None and found.returncode == 0:
+            return True
+    return False
+
+
+HOST = "GRIDLOOP-HOST"
+
+
+def _host_jump(port: int) -> list[str]:
+    return ["INPUT", "-p", "tcp", "--dport", str(port), "-j", HOST]
+
+
+def guard_host_ports(ports: Sequence[int]) -> None:
+    """Host services that listen on every address (the API server, for pods) take
+    connections from loopback and the pod bridge only: GRIDLOOP-HOST drops the rest."""
+    if _iptables("-n", "-L", HOST) is None:
+        raise ClusterError(
+            "`iptables` not found: container nodes need it (apt-get install iptables)"
+        )
+    _iptables("-N", HOST)
+    _iptables("-F", HOST)
+    _iptables("-A", HOST, "-i", "lo", "-j", "RETURN")
+    _iptables("-A", HOST, "-i", BRIDGE, "-j", "RETURN")
+    _iptables("-A", HOST, "-j", "DROP")
+    for port in ports:
+        found = _iptables("-C", *_host_jump(port))
+        if found is not None and found.returncode != 0:
+            _iptables("-I", *_host_jump(port))
 
 
 def _remove_isolation() -> None:
@@ -97,6 +125,12 @@ def _remove_isolation() -> None:
         _iptables("-D", *_JUMP)
     _iptables("-F", ISOLATE)
     _iptables("-X", ISOLATE)
+    saved = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True)
+    for line in saved.stdout.splitlines():
+        if line.startswith("-A INPUT ") and line.endswith(f"-j {HOST}"):
+            _iptables("-D", *line.split()[1:])
+    _iptables("-F", HOST)
+    _iptables("-X", HOST)
 
 
 def release(node_ips: Sequence[str], pod_subnet: str) -> bool:

@@ -83,9 +83,17 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
             f"{source}: containerNodes: no cgroup v1 hierarchy under {cgroups.CGROUP_FS}: "
             "this machine cannot run the container nodes' kubelets"
         )
-    for tool in ("ip", "umount"):
+    for tool, package in (
+        ("ip", "iproute2"),
+        ("umount", "mount"),
+        ("iptables", "iptables"),
+        ("buildah", "buildah"),
+    ):
         if shutil.which(tool) is None:
-            raise UsageError(f"{source}: containerNodes: `{tool}` not found on PATH")
+            raise UsageError(
+                f"{source}: containerNodes: `{tool}` not found on PATH: container nodes need "
+                f"it (apt-get install {package})"
+            )
     subnet = fleet.container_nodes.pod_subnet
     problem = overlap_problem(source, subnet, read_host_networks())
     if problem:
@@ -289,6 +297,20 @@ def wait_ready(
         if pending:
             time.sleep(0.5)
     return time.monotonic() - t0
+
+
+def advertise_address(fleet: Fleet) -> str | None:
+    """Where pods reach the API server: the first container node's address."""
+    planned = planned_container_nodes(fleet)
+    return planned[0].node_ip if planned else None
+
+
+def prepare_network(fleet: Fleet, ports: flags.Ports) -> None:
+    """The bridge with every node's address, and only loopback and the bridge let in to
+    the API server (it listens on every address once pods must reach it)."""
+    kube_chains.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
+    hostnet.ensure_bridge([n.node_ip for n in planned_container_nodes(fleet)], _subnet(fleet))
+    hostnet.guard_host_ports([ports.apiserver])
 
 
 def network(fleet: Fleet) -> sweeping.Network:
