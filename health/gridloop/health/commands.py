@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -144,8 +145,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{type(o.action).__name__}: {o.action} applied={o.applied} {o.detail}")
         return 0
     ready = threading.Event()
+    from gridloop.health import liveness
+
+    def alive() -> bool:
+        return liveness.alive(service.heartbeat, time.monotonic(), args.interval)
+
     try:
-        server = serve(metrics, host, port, ready.is_set)
+        server = serve(metrics, host, port, ready.is_set, alive)
     except OSError as err:
         raise UsageError(f"--listen {args.listen}: {err.strerror}") from err
     stop = threading.Event()

@@ -111,15 +111,27 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def serve(metrics: Metrics, host: str, port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:
-    """Serve in a daemon thread; returns the server (its `server_port` is the bound port)."""
+def serve(
+    metrics: Metrics,
+    host: str,
+    port: int,
+    ready: Callable[[], bool],
+    alive: Callable[[], bool] = lambda: True,
+) -> ThreadingHTTPServer:
+    """Serve in a daemon thread; returns the server (its `server_port` is the bound port).
+    `/healthz` is 503 once `alive()` says the loop is stuck (liveness.py)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 body, ctype, code = metrics.expose(), CONTENT_TYPE_LATEST, 200
             elif self.path == "/healthz":
-                body, ctype, code = b"ok\n", "text/plain", 200
+                ok = alive()
+                body, ctype, code = (
+                    (b"ok\n" if ok else b"stuck: no cycle for too long\n"),
+                    "text/plain",
+                    (200 if ok else 503),
+                )
             elif self.path == "/readyz":
                 ok = ready()
                 body, ctype, code = (

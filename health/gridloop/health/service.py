@@ -93,6 +93,8 @@ class HealthService:
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
+        # when the run loop last went round (monotonic): /healthz reads it (liveness.py)
+        self.heartbeat = time.monotonic()
         self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
         slow = {f: q for f, q in self.queries.items() if f in BACKGROUND_FAMILIES}
         self.fast = {f: q for f, q in self.queries.items() if f not in BACKGROUND_FAMILIES}
@@ -237,6 +239,7 @@ class HealthService:
         """
         while not stop.is_set():
             started, storm = time.monotonic(), False
+            self.heartbeat = started
             try:
                 leading = lease.hold() if lease else True
             except Exception as err:  # API server away: not leading is the safe answer
@@ -251,6 +254,7 @@ class HealthService:
                     )
                 except Exception as err:  # one bad cycle must not kill the service
                     self.log(f"cycle failed: {one_line(err)}")
+            self.heartbeat = time.monotonic()
             if not storm:
                 stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
         if self.executor.events is not None:
