@@ -187,7 +187,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for p in procs:
         port = next((n for n, owner in ports.items() if owner.split(" (")[0] == p["name"]), "")
         mark = "running" if p["running"] else "dead"
-        print(f"  {p['name']:<24} pid {p['pid']:<8} {mark:<8} 127.0.0.1:{port}  {p['log']}")
+        where = f"127.0.0.1:{port}" if port else "(unix socket)"
+        print(f"  {p['name']:<24} pid {p['pid']:<8} {mark:<8} {where:<15}  {p['log']}")
     if rows:
         _print_pools(rows)
     return 0 if running else 3
