@@ -1,10 +1,11 @@
-"""The cgroups a container node runs in, against a fake cgroup v1 tree in a temporary folder.
+"""The cgroups a container node runs in, against a fake cgroup tree in a temporary folder.
 
-Simulated: each hierarchy is a folder with a `tasks` file (as every mounted v1 hierarchy
-has), a cpuset's `cpuset.cpus`/`cpuset.mems` and a cgroup's `cgroup.procs` are plain
-files written by the test, and a cgroup that cannot be removed is one holding a file (the
-kernel says EBUSY for a cgroup with processes; a plain folder says ENOTEMPTY). The real
-/sys/fs/cgroup is never touched.
+Simulated: each hierarchy is a folder with a `cgroup.procs` file (as every mounted
+hierarchy has, the v1 ones and the hybrid cgroup2 `unified` mount), a cpuset's
+`cpuset.cpus`/`cpuset.mems` and a cgroup's `cgroup.procs` are plain files written by the
+test, and a cgroup that cannot be removed is one holding a file (the kernel says EBUSY
+for a cgroup with processes; a plain folder says ENOTEMPTY). The real /sys/fs/cgroup is
+never touched.
 """
 
 from __future__ import annotations
@@ -21,22 +22,27 @@ HIERARCHIES = ("cpu,cpuacct", "cpuset", "memory", "pids", "systemd")
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A cgroup v1 root as the kernel and systemd mount it: a folder per hierarchy, links
-    for co-mounted controllers, and the cgroup2 'unified' mount that is no v1 hierarchy."""
+    """A hybrid cgroup root as the kernel and systemd mount it: a folder per v1 hierarchy,
+    links for co-mounted controllers, and the cgroup2 'unified' mount (runc makes a
+    container's cgroup there too, so `down` must find it)."""
     fs = tmp_path / "cgroup"
     for name in HIERARCHIES:
         (fs / name).mkdir(parents=True)
         (fs / name / "tasks").write_text("1\n")
+        (fs / name / "cgroup.procs").write_text("1\n")
     (fs / "cpu").symlink_to("cpu,cpuacct")
     (fs / "cpuacct").symlink_to("cpu,cpuacct")
-    (fs / "unified").mkdir()  # cgroup2: no `tasks` file
+    (fs / "unified").mkdir()  # cgroup2: cgroup.procs, no `tasks`
+    (fs / "unified" / "cgroup.procs").write_text("1\n")
+    (fs / "notes").mkdir()  # a folder that is no cgroup at all
     (fs / "cpuset" / "cpuset.cpus").write_text("0-1\n")
     (fs / "cpuset" / "cpuset.mems").write_text("0\n")
     return fs
 
 
-def test_hierarchies_are_the_mounted_v1_ones_once_each(root: Path) -> None:
-    assert cgroups.hierarchies(root) == [root / name for name in sorted(HIERARCHIES)]
+def test_hierarchies_are_the_mounted_ones_once_each_unified_included(root: Path) -> None:
+    expected = sorted([*HIERARCHIES, "unified"])
+    assert cgroups.hierarchies(root) == [root / name for name in expected]
 
 
 def test_no_cgroup_filesystem_means_no_hierarchies(tmp_path: Path) -> None:
@@ -46,10 +52,9 @@ def test_no_cgroup_filesystem_means_no_hierarchies(tmp_path: Path) -> None:
 def test_ensure_creates_the_path_in_every_hierarchy(root: Path) -> None:
     cgroups.ensure(f"{NODE}/runtime", root)
 
-    assert [h.name for h in cgroups.hierarchies(root) if (h / NODE[1:] / "runtime").is_dir()] == (
-        sorted(HIERARCHIES)
-    )
-    assert not (root / "unified" / "gridloop").exists()
+    made = [h.name for h in cgroups.hierarchies(root) if (h / NODE[1:] / "runtime").is_dir()]
+    assert made == sorted([*HIERARCHIES, "unified"])
+    assert not (root / "notes" / "gridloop").exists()
 
 
 def test_ensure_gives_each_empty_cpuset_its_parents_cpus_and_mems_top_down(root: Path) -> None:
