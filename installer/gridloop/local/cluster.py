@@ -10,11 +10,8 @@ the pid it recorded and checks that every port is free again.
 from __future__ import annotations
 
 import shutil
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +22,7 @@ from kubernetes.client.rest import ApiException
 
 from gridloop.bundle.sources import source_for
 from gridloop.errors import ClusterError, UsageError
-from gridloop.fleet import SIMULATED_LABEL, Fleet, FleetError, load_fleet, planned_nodes
+from gridloop.fleet import Fleet, FleetError, load_fleet, planned_nodes
 from gridloop.local import (
     applying,
     building,
@@ -34,6 +31,7 @@ from gridloop.local import (
     kube,
     kueue_installing,
     kueue_manifests,
+    launching,
     processes,
     recipes,
     sandbox_installing,
@@ -43,7 +41,6 @@ from gridloop.local import (
 from gridloop.local.container import addons, sweeping
 from gridloop.local.container import starting as container
 from gridloop.local.flags import LOOPBACK, Ports
-from gridloop.local.images import registry
 from gridloop.local.processes import Proc
 from gridloop.local.state import State, load
 
@@ -52,13 +49,13 @@ Say = Callable[[str], None]
 # the order processes start in, and the reverse of the order they stop in
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # when the fleet asks for it: Kueue's controller, after its CRDs and webhooks are applied
-KUEUE = "kueue"
-AGENT_SANDBOX = "agent-sandbox"  # its controller, the process (sandbox_installing.py)
-AGENT_SANDBOX_BINARY = "agent-sandbox-controller"
+KUEUE = launching.KUEUE
+AGENT_SANDBOX = launching.AGENT_SANDBOX  # its controller, the process (sandbox_installing.py)
+AGENT_SANDBOX_BINARY = launching.AGENT_SANDBOX_BINARY
 # simulated dcgm-exporters, a real Prometheus scraping them, the health service
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 # with container nodes: the local registry they pull images from, started before them
-REGISTRY = "registry"
+REGISTRY = launching.REGISTRY
 # with container nodes, after them: Services (kube-proxy) and cluster DNS (CoreDNS)
 SERVICES = ("kube-proxy", "coredns")
 START_TIMEOUT = 60.0
@@ -159,7 +156,7 @@ def up(
     t0 = time.monotonic()
     try:
         if nodes:  # the API server advertises the first node's address on the bridge
-            container.prepare_network(fleet, state.ports)
+            container.prepare_network(fleet, state.ports, state.dir)
         _start_all(state, binaries, say, ORDER)
         started = time.monotonic() - t0
         api = kube.api_client(state.kubeconfig)
@@ -181,7 +178,7 @@ def up(
             _ensure_namespace(api, flags.HEALTH_NAMESPACE)
             if kueue:
                 kueue_installing.write_scraper_token(
-                    api, flags.HEALTH_NAMESPACE, _kueue_token(state)
+                    api, flags.HEALTH_NAMESPACE, launching.kueue_token(state)
                 )
             _start_all(state, binaries, say, service)
             _wait_first_scrape(state.ports, say)
@@ -216,7 +213,7 @@ def _start_container_nodes(
         binaries,
         pause,
         record,
-        lambda _name, port: _http_ok(f"http://{LOOPBACK}:{port}/healthz", state),
+        lambda _name, port: launching.http_ok(f"http://{LOOPBACK}:{port}/healthz", state),
         say,
     )
     names = [n.name for n in container.nodes(fleet, state.dir)]
@@ -311,14 +308,6 @@ def _wait_first_scrape(ports: Ports, say: Say) -> None:
     say(f"prometheus: no exporter scraped after {waited}; GPU health shows once one is")
 
 
-def _kueue_token(state: State) -> Path:
-    return state.dir / "kueue" / "prometheus.token"
-
-
-def _kueue_certs(state: State) -> Path:
-    return state.dir / "kueue" / "certs"
-
-
 def _every(seconds: float, say: Say) -> Callable[[int, int], None]:
     """A progress callback that reports nodes Ready at most every `seconds`."""
     last = [time.monotonic()]
@@ -379,7 +368,7 @@ def _prepare(
         link.symlink_to(binaries[tool])
     planned = planned_nodes(fleet)
     nodes = [p.name for p in planned]
-    token = _kueue_token(state) if fleet.kueue.enabled else None
+    token = launching.kueue_token(state) if fleet.kueue.enabled else None
     places = {p.name: (p.site, p.pool) for p in planned}
     scrape = flags.prometheus_config(
         state.ports, nodes, token, pki.path("ca.crt"), places=places, workloads=True
@@ -387,7 +376,7 @@ def _prepare(
     (d / "prometheus.yml").write_text(yaml.safe_dump(scrape, sort_keys=False))
     if fleet.kueue.enabled:
         serving = certs.ensure_loopback_server(
-            pki, _kueue_certs(state), "kueue", (kueue_manifests.WEBHOOK_DNS_NAME,)
+            pki, launching.kueue_certs(state), "kueue", (kueue_manifests.WEBHOOK_DNS_NAME,)
         )
         config = kueue_manifests.controller_config(
             state.ports, str(serving), source_for("kueue").kueue_frameworks
@@ -396,133 +385,16 @@ def _prepare(
     (d / "health-policy.yaml").write_bytes(policy.read_bytes())
 
 
-def _argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
-    pki, ports = state.dir / "pki", state.ports
-    match name:
-        case "etcd":
-            return flags.etcd(binaries[name], ports, state.dir / "etcd")
-        case "kube-apiserver":
-            return flags.apiserver(binaries[name], ports, pki, _advertise(state))
-        case "kube-controller-manager":
-            return flags.controller_manager(binaries[name], ports, pki)
-        case "kube-scheduler":
-            return flags.scheduler(binaries[name], ports, pki)
-        case "kwok":
-            return flags.kwok(binaries[name], ports, pki, state.dir / "kwok.yaml", SIMULATED_LABEL)
-        case "dcgm-sim":
-            return flags.dcgm_sim(
-                binaries["python"],
-                ports,
-                state.dir / "fleet.yaml",
-                state.dir / "sim" / "faults.json",
-            )
-        case "prometheus":
-            return flags.prometheus(
-                binaries[name], ports, state.dir / "prometheus.yml", state.dir / "prometheus"
-            )
-        case "gridloop-health":
-            return flags.health(
-                binaries["python"], ports, state.kubeconfig, state.dir / "health-policy.yaml"
-            )
-        case "agent-sandbox":
-            return flags.agent_sandbox(binaries[AGENT_SANDBOX_BINARY], ports, state.kubeconfig)
-        case "kueue":
-            return flags.kueue(
-                binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
-            )
-        case "kube-proxy":
-            fleet = load_fleet(state.dir / "fleet.yaml")
-            first = container.nodes(fleet, state.dir)[0]
-            config = state.dir / "kube-proxy.yaml"
-            config.write_text(
-                addons.kube_proxy_config(
-                    pki / "kube-proxy.kubeconfig",
-                    first.name,
-                    container.network(fleet).pod_subnet,
-                    ports.kube_proxy,
-                    ports.kube_proxy_metrics,
-                )
-            )
-            return addons.kube_proxy_argv(binaries[name], config)
-        case "coredns":
-            fleet = load_fleet(state.dir / "fleet.yaml")
-            first = container.nodes(fleet, state.dir)[0]
-            config = state.dir / "Corefile"
-            config.write_text(
-                addons.corefile(
-                    first.planned.node_ip,
-                    pki / "coredns.kubeconfig",
-                    ports.coredns,
-                    ports.coredns_ready,
-                )
-            )
-            return addons.coredns_argv(binaries[name], config)
-        case "registry":
-            config = state.dir / "registry.yml"
-            config.write_text(registry.config(ports.registry, registry.storage()))
-            return registry.argv(binaries[name], config)
-    raise KeyError(name)
-
-
-def _advertise(state: State) -> str | None:
-    """The address pods reach the API server at (none without container nodes)."""
-    fleet_file = state.dir / "fleet.yaml"
-    return container.advertise_address(load_fleet(fleet_file)) if fleet_file.is_file() else None
-
-
-def _env(name: str, state: State) -> dict[str, str] | None:
-    return flags.kueue_env(_kueue_certs(state)) if name == KUEUE else None
-
-
-def _health_url(name: str, ports: Ports) -> str:
-    return {
-        "etcd": f"http://{LOOPBACK}:{ports.etcd}/health",
-        "kube-apiserver": f"https://{LOOPBACK}:{ports.apiserver}/readyz",
-        "kube-controller-manager": f"https://{LOOPBACK}:{ports.controller_manager}/healthz",
-        "kube-scheduler": f"https://{LOOPBACK}:{ports.scheduler}/healthz",
-        "kwok": f"http://{LOOPBACK}:{ports.kwok}/healthz",
-        "dcgm-sim": f"http://{LOOPBACK}:{ports.dcgm_sim}/healthz",
-        "prometheus": f"http://{LOOPBACK}:{ports.prometheus}/-/ready",
-        "gridloop-health": f"http://{LOOPBACK}:{ports.health}/readyz",
-        "kueue": f"http://{LOOPBACK}:{ports.kueue}/readyz",
-        AGENT_SANDBOX: f"http://{LOOPBACK}:{ports.agent_sandbox}/readyz",
-        REGISTRY: registry.health_url(ports.registry),
-        "kube-proxy": f"http://{LOOPBACK}:{ports.kube_proxy}/healthz",
-        "coredns": f"http://{LOOPBACK}:{ports.coredns_ready}/ready",
-    }[name]
-
-
-def _ssl(pki: Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
-    # controller-manager and scheduler serve self-signed loopback certificates
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
-def healthy(name: str, state: State) -> bool:
-    return _http_ok(_health_url(name, state.ports), state)
-
-
-def _http_ok(url: str, state: State) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=_ssl(state.dir / "pki")) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def _start_all(state: State, binaries: dict[str, Path], say: Say, names: tuple[str, ...]) -> None:
     for name in names:
         t0 = time.monotonic()
         log = state.dir / "logs" / f"{name}.log"
         proc = processes.start(
-            name, _argv(name, state, binaries), log, state.dir, _env(name, state)
+            name, launching.argv(name, state, binaries), log, state.dir, launching.env(name, state)
         )
         state.processes.append(proc)
         state.save()
-        while not healthy(name, state):
+        while not launching.healthy(name, state):
             if not processes.alive(proc):
                 raise processes.exited_error(proc, "start-up")
             if time.monotonic() - t0 > START_TIMEOUT:

@@ -28,7 +28,13 @@ from gridloop.fleet.host_networks import overlap_problem, read_host_networks
 from gridloop.fleet.nodes import PlannedContainerNode, planned_container_nodes
 from gridloop.local import certs, flags, processes
 from gridloop.local.container import addons, cgroups, configs, hostnet, kube_chains, sweeping
-from gridloop.local.container.layout import BRIDGE, CGROUP_PARENT, NodeLayout, cluster_cgroup
+from gridloop.local.container.layout import (
+    BRIDGE,
+    CGROUP_PARENT,
+    SOCKETS_ROOT,
+    NodeLayout,
+    cluster_cgroup,
+)
 from gridloop.local.processes import Proc
 
 Say = Callable[[str], None]
@@ -100,6 +106,9 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
         raise UsageError(problem)
     mine = network(fleet).node_ips
     theirs = hostnet.others(mine) if hostnet.bridge_exists() else []
+    owner = _owner()
+    if owner is not None and owner != state_dir.resolve() and _runs(owner):
+        theirs = theirs or [f"the cluster in {owner}"]
     if theirs:
         # one local cluster at a time: the nodes share the host's network namespace, and
         # two kube-proxies would rewrite each other's rules
@@ -305,9 +314,33 @@ def advertise_address(fleet: Fleet) -> str | None:
     return planned[0].node_ip if planned else None
 
 
-def prepare_network(fleet: Fleet, ports: flags.Ports) -> None:
+OWNER = SOCKETS_ROOT / "owner"  # the state directory whose container nodes run here
+
+
+def _owner() -> Path | None:
+    try:
+        return Path(OWNER.read_text().strip())
+    except OSError:
+        return None
+
+
+def _runs(state_dir: Path) -> bool:
+    """Whether the local cluster in `state_dir` has a process still running."""
+    from gridloop.local.state import load
+
+    try:
+        state = load(state_dir)
+    except ClusterError:
+        return False
+    return bool(state and any(processes.alive(p) for p in state.processes))
+
+
+def prepare_network(fleet: Fleet, ports: flags.Ports, state_dir: Path) -> None:
     """The bridge with every node's address, and only loopback and the bridge let in to
-    the API server (it listens on every address once pods must reach it)."""
+    the API server (it listens on every address once pods must reach it); the cluster
+    is recorded as the one whose container nodes run on this machine."""
+    OWNER.parent.mkdir(parents=True, exist_ok=True)
+    OWNER.write_text(f"{state_dir.resolve()}\n")
     kube_chains.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
     hostnet.ensure_bridge([n.node_ip for n in planned_container_nodes(fleet)], _subnet(fleet))
     hostnet.guard_host_ports([ports.apiserver])

@@ -168,6 +168,7 @@ def sweep(layouts: list[NodeLayout], state_dir: Path, network: Network) -> Lefto
     if hostnet.release(network.node_ips, network.pod_subnet):
         kube_chains.remove(RULES_RECORD)
 
+        (SOCKETS_ROOT / "owner").unlink(missing_ok=True)  # starting.OWNER: no cluster now
         for folder in (SHIM_SOCKETS, SOCKETS_ROOT):  # made by the first node, if empty now
             with contextlib.suppress(OSError):
                 folder.rmdir()
