@@ -157,15 +157,7 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         env["GOEXPERIMENT"] = ",".join(recipe.experiments)
     what = f"building {comp.name} {comp.version}"
 
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"{comp.module}@{comp.version}"],
-            src,
-            log,
-            env,
-            f"{what}: downloading {comp.module}",
-        )
-    )
+    info = _download(go, comp, src, log, env, what)
     upstream = Path(info["GoMod"]).read_text()
     module_dir = Path(info["Dir"])
     if recipe.patches:
@@ -225,15 +217,7 @@ def _compile_c(go: str, recipe: Recipe, comp: Component, report: Reporter) -> No
             f"gcc not found on PATH: needed to build {recipe.name} (apt-get install gcc)"
         )
     env, what = _go_env(folder), f"building {recipe.name} {comp.version}"
-    info = json.loads(
-        _run(
-            [go, "mod", "download", "-json", f"{comp.module}@{comp.version}"],
-            folder,
-            log,
-            env,
-            f"{what}: downloading {comp.module}",
-        )
-    )
+    info = _download(go, comp, folder, log, env, what)
     version = pause_version(Path(info["Dir"]))
     (folder / VERSION_FILE).write_text(version + "\n")
     for name, source in recipe.c_programs.items():
@@ -267,6 +251,17 @@ def pause_version(module_dir: Path) -> str:
     if not m:
         raise BuildError(f"{PAUSE_MAKEFILE}: no `TAG ?=` line: update recipes.py for this version")
     return m.group(1)
+
+
+def _download(
+    go: str, comp: Component, cwd: Path, log: Path, env: dict[str, str], what: str
+) -> dict[str, str]:
+    """`go mod download` of the pinned module: its folder (`Dir`) and go.mod (`GoMod`)."""
+    cmd = [go, "mod", "download", "-json", f"{comp.module}@{comp.version}"]
+    found: dict[str, str] = json.loads(
+        _run(cmd, cwd, log, env, f"{what}: downloading {comp.module}")
+    )
+    return found
 
 
 def _copy_module(module_dir: Path, dest: Path) -> Path:
