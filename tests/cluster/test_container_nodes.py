@@ -253,3 +253,20 @@ def _api_for(kubeconfig) -> client.ApiClient:
     from gridloop.local import kube
 
     return kube.api_client(kubeconfig)
+
+
+def test_a_second_cluster_with_container_nodes_is_refused_while_this_one_runs(
+    local_cluster, tmp_path, gridloop
+):
+    """They would share the host's network namespace and rewrite each other's rules."""
+    state = tmp_path / "second"
+    fleet = local_cluster.state.dir / "fleet.yaml"
+
+    result = gridloop(
+        "local", "up", "--fleet", str(fleet), "--state-dir", str(state), "--base-port", "27800"
+    )
+
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"local cluster in {local_cluster.state.dir.resolve()}" in lines[0]
+    assert not (state / "state.json").exists()

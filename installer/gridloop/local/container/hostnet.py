@@ -149,15 +149,3 @@ def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
     _ip("link", "del", BRIDGE)
     _remove_isolation()
     return True
-
-
-def others(node_ips: Sequence[str]) -> list[str]:
-    """Addresses on the bridge that are not these nodes': another local cluster's."""
-    return sorted(a for a in addresses() if a.split("/")[0] not in node_ips)
-
-
-def veths_on_bridge() -> list[str]:
-    proc = _ip("-o", "link", "show", "master", BRIDGE, check=False)
-    return [
-        line.split(":")[1].strip().split("@")[0] for line in proc.stdout.splitlines() if ":" in line
-    ]

@@ -104,17 +104,14 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
     problem = overlap_problem(source, subnet, read_host_networks())
     if problem:
         raise UsageError(problem)
-    mine = network(fleet).node_ips
-    theirs = hostnet.others(mine) if hostnet.bridge_exists() else []
     owner = _owner()
     if owner is not None and owner != state_dir.resolve() and _runs(owner):
-        theirs = theirs or [f"the cluster in {owner}"]
-    if theirs:
         # one local cluster at a time: the nodes share the host's network namespace, and
-        # two kube-proxies would rewrite each other's rules
+        # two kube-proxies would rewrite each other's rules (a record whose cluster runs
+        # nothing is stale: its bridge is taken over)
         raise UsageError(
-            f"{source}: containerNodes: another local cluster's container nodes run on this "
-            f"machine ({', '.join(theirs)} on {BRIDGE}): stop it first (`gridloop local down`)"
+            f"{source}: containerNodes: the container nodes of the local cluster in {owner} "
+            f"run on this machine: stop it first (`gridloop local down --state-dir {owner}`)"
         )
     for node in nodes(fleet, state_dir):
         busy = cgroups.pids(node.layout.cgroup)
