@@ -15,7 +15,7 @@ import pytest
 from container_pods import NODE, kubectl, phase, pod_spec
 
 from gridloop.local import cluster, processes
-from gridloop.local.container.layout import BRIDGE, CGROUP_PARENT, SOCKETS_ROOT
+from gridloop.local.container.layout import BRIDGE, SOCKETS_ROOT, cluster_cgroup
 
 pytestmark = [pytest.mark.cluster, pytest.mark.restarts_cluster]
 
@@ -79,7 +79,8 @@ def test_down_leaves_nothing_and_up_brings_the_same_pods_back(local_cluster, nam
 
     assert not result.busy and not result.left, result.left.describe()
     assert not [p for p in state.processes if processes.alive(p)], pids
-    assert not [c for c in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_PARENT}")]
+    mine = cluster_cgroup(state.dir).strip("/")
+    assert not [c for c in Path("/sys/fs/cgroup").glob(f"*/{mine}")]
     assert not _mounts_under(state.dir)
     assert not _veths()
     assert not (netns_before & _netns_of_pods())
