@@ -86,13 +86,14 @@ def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
 FORWARDING = Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding")
 
 
-def isolation_rules() -> bool:
-    """Whether the ISOLATE or HOST chain is still on the host."""
+def gridloop_chains() -> list[str]:
+    """The GRIDLOOP- chains (ISOLATE, HOST) still on the host."""
+    out = []
     for chain in (ISOLATE, HOST):
         found = _iptables("-n", "-L", chain)
         if found is not None and found.returncode == 0:
-            return True
-    return False
+            out.append(chain)
+    return out
 
 
 HOST = "GRIDLOOP-HOST"

@@ -130,7 +130,9 @@ def leftovers(layouts: list[NodeLayout], state_dir: Path, network: Network) -> L
         found.processes[layout.name] = cgroups.pids(layout.cgroup)
         found.sockets += [str(s) for s in shim_sockets(layout) if s.exists()]
         found.links += [str(link) for link in log_links(layout)]
-    roots = [state_dir / "nodes", *((layouts[0].sockets,) if layouts else ())]
+    # the kernel records mount points by their real path: a state dir reached through a
+    # link is resolved first
+    roots = [state_dir.resolve() / "nodes", *((layouts[0].sockets,) if layouts else ())]
     found.mounts = mounts_below(MOUNTINFO.read_text(), roots)
     if layouts and layouts[0].sockets.exists():
         found.sockets += [str(p) for p in layouts[0].sockets.iterdir()]
@@ -138,8 +140,7 @@ def leftovers(layouts: list[NodeLayout], state_dir: Path, network: Network) -> L
     found.addresses = [ip for ip in network.node_ips if ip in have]
     if not hostnet.bridge_exists():  # no local cluster has a container node
         found.rules = kube_chains.present(RULES_RECORD)
-        found.rules += [f"iptables filter/{hostnet.ISOLATE}"] if hostnet.isolation_rules() else []
-
+        found.rules += [f"iptables filter/{c}" for c in hostnet.gridloop_chains()]
     return found
 
 
@@ -154,7 +155,7 @@ def sweep(layouts: list[NodeLayout], state_dir: Path, network: Network) -> Lefto
     sockets = {layout.name: shim_sockets(layout) for layout in layouts}
     for layout in layouts:
         cgroups.kill_all(layout.cgroup)
-    for point in mounts_below(MOUNTINFO.read_text(), [state_dir / "nodes"]):
+    for point in mounts_below(MOUNTINFO.read_text(), [state_dir.resolve() / "nodes"]):
         _unmount(point)
     for layout in layouts:
         for path in [*sockets[layout.name], *log_links(layout)]:
@@ -167,7 +168,6 @@ def sweep(layouts: list[NodeLayout], state_dir: Path, network: Network) -> Lefto
             layouts[0].sockets.rmdir()
     if hostnet.release(network.node_ips, network.pod_subnet):
         kube_chains.remove(RULES_RECORD)
-
         (SOCKETS_ROOT / "owner").unlink(missing_ok=True)  # starting.OWNER: no cluster now
         for folder in (SHIM_SOCKETS, SOCKETS_ROOT):  # made by the first node, if empty now
             with contextlib.suppress(OSError):
