@@ -9,6 +9,7 @@ kwok's (simulated), and kwok must leave this node and its pods alone.
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -270,3 +271,33 @@ def test_a_second_cluster_with_container_nodes_is_refused_while_this_one_runs(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"local cluster in {local_cluster.state.dir.resolve()}" in lines[0]
     assert not (state / "state.json").exists()
+
+
+def test_nothing_a_pod_sends_is_routed_off_the_machine(local_cluster, namespace, eventually):
+    """No default route in the pod; on the host, bridge traffic bound for another
+    interface is dropped, and the API server's port takes only loopback and the bridge.
+    (Nothing here can send from another machine: the rules are checked, not crossed.)"""
+    core = local_cluster.core
+    core.create_namespaced_pod(namespace, pod_spec("routes", ["sleep", "3600"]))
+    eventually(lambda: phase(core, namespace, "routes") == "Running", "the pod", 90)
+
+    routes = kubectl(
+        local_cluster, "exec", "-n", namespace, "routes", "--", "cat", "/proc/net/route"
+    )
+
+    assert routes.returncode == 0, routes.stderr
+    destinations = [line.split()[1] for line in routes.stdout.splitlines()[1:]]
+    assert destinations and "00000000" not in destinations  # no default route
+    rules = subprocess.run(
+        ["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert "-A FORWARD -i gridloop0 -j GRIDLOOP-ISOLATE" in rules
+    assert "-A GRIDLOOP-ISOLATE ! -o gridloop0 -j DROP" in rules
+    port = local_cluster.state.ports.apiserver
+    assert f"-A INPUT -p tcp -m tcp --dport {port} -j GRIDLOOP-HOST" in rules
+    for rule in (
+        "-A GRIDLOOP-HOST -i lo -j RETURN",
+        "-A GRIDLOOP-HOST -i gridloop0 -j RETURN",
+        "-A GRIDLOOP-HOST -j DROP",
+    ):
+        assert rule in rules

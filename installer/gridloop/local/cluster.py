@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -213,7 +214,7 @@ def _start_container_nodes(
         binaries,
         pause,
         record,
-        lambda _name, port: launching.http_ok(f"http://{LOOPBACK}:{port}/healthz", state),
+        lambda port: launching.http_ok(f"http://{LOOPBACK}:{port}/healthz", state),
         say,
     )
     names = [n.name for n in container.nodes(fleet, state.dir)]
@@ -394,18 +395,11 @@ def _start_all(state: State, binaries: dict[str, Path], say: Say, names: tuple[s
         )
         state.processes.append(proc)
         state.save()
-        while not launching.healthy(name, state):
-            if not processes.alive(proc):
-                raise processes.exited_error(proc, "start-up")
-            if time.monotonic() - t0 > START_TIMEOUT:
-                raise ClusterError(
-                    f"{name} did not become healthy within {START_TIMEOUT:.0f}s (log: {proc.log})"
-                )
-            time.sleep(0.1)
+        processes.wait_healthy(proc, partial(launching.healthy, name, state), START_TIMEOUT)
         say(f"  ✓ {name:<24} pid {proc.pid:<8} ready in {time.monotonic() - t0:.1f}s")
 
 
-def _stop_all(state: State) -> list[str]:
+def _stop_processes(state: State) -> list[str]:
     stopped = []
     for proc in reversed(state.processes):
         if processes.alive(proc):
@@ -414,6 +408,13 @@ def _stop_all(state: State) -> list[str]:
     state.processes = []
     if state.dir.exists():
         state.save()
+    return stopped
+
+
+def _stop_all(state: State) -> list[str]:
+    """Stop every process, then sweep what the container nodes left."""
+    stopped = _stop_processes(state)
+    if state.dir.exists():
         _sweep(state, None)
     return stopped
 
@@ -453,9 +454,9 @@ def down(state_dir: Path, purge: bool = False) -> DownResult:
         if not purge:
             raise
         state = None  # an unreadable record is exactly what --purge is for
-    stopped = _stop_all(state) if state else []
+    stopped = _stop_processes(state) if state else []
     busy: list[int] = []
-    left = _sweep(state, None) if state else sweeping.Leftovers()
+    left = _sweep(state, None) if state and state.dir.exists() else sweeping.Leftovers()
     if state:
         deadline = time.monotonic() + 10
         busy = list(state.ports.used_by(state.components or list(ORDER)).values())

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from gridloop.fleet import SIMULATED_LABEL, load_fleet
+from gridloop.fleet import SIMULATED_LABEL, Fleet, load_fleet
 from gridloop.local import flags
 from gridloop.local.container import addons
 from gridloop.local.container import starting as container
@@ -70,8 +70,7 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
                 binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
             )
         case "kube-proxy":
-            fleet = load_fleet(state.dir / "fleet.yaml")
-            first = container.nodes(fleet, state.dir)[0]
+            fleet, first = _first_node(state)
             config = state.dir / "kube-proxy.yaml"
             config.write_text(
                 addons.kube_proxy_config(
@@ -84,8 +83,7 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             )
             return addons.kube_proxy_argv(binaries[name], config)
         case "coredns":
-            fleet = load_fleet(state.dir / "fleet.yaml")
-            first = container.nodes(fleet, state.dir)[0]
+            _fleet, first = _first_node(state)
             config = state.dir / "Corefile"
             config.write_text(
                 addons.corefile(
@@ -101,6 +99,12 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             config.write_text(registry.config(ports.registry, registry.storage()))
             return registry.argv(binaries[name], config)
     raise KeyError(name)
+
+
+def _first_node(state: State) -> tuple[Fleet, container.ContainerNode]:
+    """The fleet the cluster runs and its first container node (kube-proxy's, CoreDNS's)."""
+    fleet = load_fleet(state.dir / "fleet.yaml")
+    return fleet, container.nodes(fleet, state.dir)[0]
 
 
 def advertise(state: State) -> str | None:

@@ -103,6 +103,19 @@ def stop(proc: Proc, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def wait_healthy(proc: Proc, ready: Callable[[], bool], timeout: float) -> None:
+    """Return once `ready()`; a ClusterError if `proc` exits first or `timeout` passes."""
+    t0 = time.monotonic()
+    while not ready():
+        if not alive(proc):
+            raise exited_error(proc, "start-up")
+        if time.monotonic() - t0 > timeout:
+            raise ClusterError(
+                f"{proc.name} did not become healthy within {timeout:.0f}s (log: {proc.log})"
+            )
+        time.sleep(0.1)
+
+
 def port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # as Go's listeners do: connections in TIME_WAIT do not make a port busy

@@ -95,16 +95,18 @@ def remove(path: Path) -> list[str]:
             subprocess.run([binary, *args], capture_output=True, check=False)
         after = chains(_save(tool) or "") - keep
         left += [f"{tool} {t}/{c}" for t, c in sorted(after)]
-    path.unlink(missing_ok=True)
+    if not left:  # else kept: `present` reads it, and the next `down` tries again
+        path.unlink(missing_ok=True)
     return left
 
 
 def present(path: Path) -> list[str]:
-    """The `KUBE-` chains on the host that the record says were not there before."""
+    """The `KUBE-` chains on the host that the record says were not there before (none
+    without a record: then no container node ran, and every chain is the host's own)."""
     try:
         had = json.loads(path.read_text())
     except (OSError, ValueError):
-        had = {}
+        return []
     out: list[str] = []
     for tool in TOOLS:
         keep = {(t, c) for t, c in had.get(tool, [])}

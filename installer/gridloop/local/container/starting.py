@@ -117,8 +117,9 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
         busy = cgroups.pids(node.layout.cgroup)
         if busy:
             raise UsageError(
-                f"container node {node.name}: {len(busy)} processes of another local cluster "
-                f"run in cgroup {node.layout.cgroup}: stop it (`gridloop local down`) first"
+                f"container node {node.name}: {len(busy)} processes of an earlier run of this "
+                f"cluster are still in cgroup {node.layout.cgroup} and could not be stopped: "
+                "stop them, then `gridloop local down`"
             )
 
 
@@ -192,18 +193,6 @@ def _socket_answers(path: Path) -> bool:
     return True
 
 
-def _wait(proc: Proc, ready: Callable[[], bool], what: str) -> None:
-    t0 = time.monotonic()
-    while not ready():
-        if not processes.alive(proc):
-            raise processes.exited_error(proc, what)
-        if time.monotonic() - t0 > START_TIMEOUT:
-            raise ClusterError(
-                f"{proc.name} did not become healthy within {START_TIMEOUT:.0f}s (log: {proc.log})"
-            )
-        time.sleep(0.1)
-
-
 def start(
     fleet: Fleet,
     state_dir: Path,
@@ -213,21 +202,20 @@ def start(
     binaries: dict[str, Path],
     pause: str,
     record: Callable[[Proc], None],
-    healthy: Callable[[str, int], bool],
+    healthz: Callable[[int], bool],
     say: Say,
 ) -> None:
-    """Start every node's containerd and kubelet; `record` is told of each process the
-    moment it starts (so a failure later stops it), `healthy(url...)` probes the kubelet."""
+    """Start every node's containerd and kubelet (prepare_network made the bridge);
+    `record` is told of each process the moment it starts (so a failure later stops
+    it), `healthz(port)` probes a kubelet."""
     found = nodes(fleet, state_dir)
-    kube_chains.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
-    hostnet.ensure_bridge([n.planned.node_ip for n in found], _subnet(fleet))
     path = os.pathsep.join(
         [str(binaries[b].parent) for b in ("containerd", "runc", "runsc")] + [os.defpath]
     )
     for node in found:
         t0 = time.monotonic()
         s = prepare(node, fleet, ports, pki, server, binaries, pause)
-        _start_node(node, s, state_dir / "logs", binaries, path, record, healthy)
+        _start_node(node, s, state_dir / "logs", binaries, path, record, healthz)
         say(
             f"  ✓ container node {node.name:<12} {s.node_ip:<14} up in {time.monotonic() - t0:.1f}s"
         )
@@ -240,7 +228,7 @@ def _start_node(
     binaries: dict[str, Path],
     path: str,
     record: Callable[[Proc], None],
-    healthy: Callable[[str, int], bool],
+    healthz: Callable[[int], bool],
 ) -> None:
     """containerd in the node's runtime cgroup (its shims inherit it), then the kubelet."""
     layout, index = node.layout, node.planned.index
@@ -255,7 +243,7 @@ def _start_node(
         before_exec=lambda: cgroups.join(layout.runtime_cgroup, os.getpid()),
     )
     record(proc)
-    _wait(proc, lambda: _socket_answers(layout.containerd_socket), "start-up")
+    processes.wait_healthy(proc, lambda: _socket_answers(layout.containerd_socket), START_TIMEOUT)
     name = flags.node_process("kubelet", index)
     proc = processes.start(
         name,
@@ -264,7 +252,7 @@ def _start_node(
         layout.root,
     )
     record(proc)
-    _wait(proc, lambda: healthy(name, s.healthz_port), "start-up")
+    processes.wait_healthy(proc, lambda: healthz(s.healthz_port), START_TIMEOUT)
 
 
 def _subnet(fleet: Fleet) -> str:

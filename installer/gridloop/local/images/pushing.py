@@ -23,6 +23,7 @@ BINARIES = (
 @dataclass(frozen=True)
 class Report:
     ref: str
+    local: str  # its name in buildah's storage
     built: bool
     pushed: bool = False
     seconds: float = 0.0
@@ -35,10 +36,11 @@ def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[
         t0 = time.monotonic()
         fresh = not buildah.built(image, lambda n: binaries[n])
         buildah.build(image, lambda n: binaries[n])
-        out.append(Report(image.ref, fresh, seconds=time.monotonic() - t0))
+        local = buildah.local_name(image)
+        out.append(Report(image.ref, local, fresh, seconds=time.monotonic() - t0))
         say(f"  ✓ {image.ref:<62} {'built' if fresh else 'cached'}")
     made = gridloop_image.build()
-    out.append(Report(made.ref, made.fresh, seconds=made.seconds))
+    out.append(Report(made.ref, made.ref, made.fresh, seconds=made.seconds))  # tagged as itself
     say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
     return out
 
@@ -47,15 +49,7 @@ def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m:
     """Build (unless cached) and push (unless the registry holds it) every image; return
     the pause image's reference, which containerd pins."""
     pause = building.built_version("pause")
+    log = paths.cache_root() / "images" / "push.log"
     for report in build_all(binaries, say):
-        local = _local(report.ref, pause)
-        log = paths.cache_root() / "images" / "push.log"
-        buildah.push_named(local, report.ref, port, report.built, log)
+        buildah.push_named(report.local, report.ref, port, report.built, log)
     return table.pause_ref(pause)
-
-
-def _local(ref: str, pause: str) -> str:
-    for image in table.images(pause):
-        if image.ref == ref:
-            return buildah.local_name(image)
-    return ref  # gridloop's image is tagged with its own name
