@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
+from platform_install import HEALTH_OFF, Installed, installed_platform
 
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
 from gridloop.health.service import HealthService
@@ -73,3 +74,13 @@ def settle(eventually) -> Callable[[HealthService], None]:
         eventually(clean, "fresh, fault-free DCGM samples in Prometheus", 60)
 
     return wait
+
+
+@pytest.fixture(scope="module")
+def kueue_platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
+    """The bundle installed for the module with the local profile: Kueue, KubeRay and
+    agent-sandbox as the chart's pods. Its health service is off: these modules drive
+    their own, and a second one would act on the faults they inject."""
+    work = tmp_path_factory.mktemp("platform")
+    with installed_platform(local_cluster, work, HEALTH_OFF) as installed:
+        yield installed

@@ -8,21 +8,17 @@ name) with the cluster's fleet as values; the last test upgrades, rolls back and
 uninstalls it, and the module's teardown removes whatever a failed test left behind.
 CRDs are left in place: keeping them is what is tested.
 
-kwok runs no container, so the agent-sandbox controller the chart deploys does nothing
-here; the one that fills the warm pool is the same controller, built from its pinned
-module, which `gridloop local up` runs on loopback beside the control plane.
+The chart's controllers (Kueue, KubeRay's operator, agent-sandbox's) and the health
+service run as real pods on the container node (the local profile pins them there): the
+agent-sandbox controller that fills the warm pool is the chart's own pod. The sandboxes
+it makes land on simulated nodes, which kwok marks Running.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +26,10 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
-from gridloop.bundle import bundling
-from gridloop.local import building, cluster
+from platform_install import NAMESPACE, RELEASE, Installed, installed_platform
 
 pytestmark = pytest.mark.cluster
 
-RELEASE = "gridloop-itest"
-NAMESPACE = "gridloop-itest"
 TEAM = "default"  # values.yaml's one team: ClusterQueue "default" in namespace team-default
 TEAM_NAMESPACE = "team-default"
 SKIPPED = frozenset({"kaito", "dcgm-exporter"})
@@ -67,81 +59,10 @@ QUEUE_MESSAGE = (
 )
 
 
-@dataclass(frozen=True)
-class Installed:
-    chart: Path
-    fleet: dict[str, Any]
-    work: Path
-    env: dict[str, str]  # KUBECONFIG and a private helm home
-    install_output: str
-
-    @property
-    def revision(self) -> int:
-        """The revision the module's install made (1 unless a release was left behind)."""
-        found = re.search(r"revision (\d+) deployed", self.install_output)
-        assert found, self.install_output
-        return int(found.group(1))
-
-    def gridloop(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [GRIDLOOP, *args], capture_output=True, text=True, env=self.env, timeout=300
-        )
-
-    def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(building.binary("helm")), *args],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=300,
-        )
-
-    def install(self, fleet: dict[str, Any], name: str) -> subprocess.CompletedProcess[str]:
-        values = self.work / name
-        values.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
-        return self.gridloop(
-            "install", "--chart", str(self.chart), "--profile", "local", "-f", str(values),
-            "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", "2m",
-            "--kubeconfig", self.env["KUBECONFIG"],
-        )  # fmt: skip
-
-
-def _cluster_fleet(local_cluster) -> dict[str, Any]:
-    """The fleet the cluster runs: its state's copy, else the default fleet it starts with."""
-    recorded = local_cluster.state.dir / "fleet.yaml"
-    path = recorded if recorded.is_file() else cluster.default_fleet_file()
-    return yaml.safe_load(path.read_text())
-
-
 @pytest.fixture(scope="module")
 def installed(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    work = tmp_path_factory.mktemp("chart-install")
-    bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=SKIPPED))
-    env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
-    for key in ("CACHE", "CONFIG", "DATA"):
-        env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
-    setup = Installed(bundle.folder, _cluster_fleet(local_cluster), work, env, "")
-    try:
-        result = setup.install(setup.fleet, "fleet-values.yaml")
-        assert result.returncode == 0, result.stdout + result.stderr
-        yield Installed(setup.chart, setup.fleet, work, env, result.stdout)
-    finally:
-        setup.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
-        core = local_cluster.core
-        # the team, sandbox and upstream controller namespaces are kept by uninstall, with
-        # what users made there
-        left = (NAMESPACE, TEAM_NAMESPACE, SANDBOX_NAMESPACE, SANDBOX_SYSTEM)
-        for namespace in left:
-            _ignore_missing(core.delete_namespace, namespace, propagation_policy="Background")
-        # gone before the next module installs: a terminating namespace of this release
-        # is a name another release cannot take (doctor's free-names)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and _namespaces_present(core, left):
-            time.sleep(0.5)
-
-
-def _namespaces_present(core: client.CoreV1Api, names: tuple[str, ...]) -> bool:
-    return bool({n.metadata.name for n in core.list_namespace().items} & set(names))
+    with installed_platform(local_cluster, tmp_path_factory.mktemp("chart-install")) as done:
+        yield done
 
 
 def _ignore_missing(call, *args, **kwargs) -> None:
@@ -230,6 +151,33 @@ def test_every_workload_of_the_release_and_upstream_becomes_ready(
             f"{kind} {namespace}/{name} to be ready",
             60,
         )
+
+
+def test_the_controllers_and_the_health_service_run_as_real_containers_on_the_container_node(
+    installed: Installed, local_cluster
+) -> None:
+    """Not kwok's fiction: each pod was started by the kubelet on system-000, through
+    containerd, from the image the bundle names, and passed its own readiness probe."""
+    wanted = {
+        NAMESPACE: {f"{RELEASE}-health", "kuberay-operator"},
+        "kueue-system": {"kueue-controller-manager"},
+        SANDBOX_SYSTEM: {"agent-sandbox-controller"},
+    }
+    apps = client.AppsV1Api(local_cluster.api)
+    for namespace, names in wanted.items():
+        for name in names:
+            deployment = apps.read_namespaced_deployment(name, namespace)
+            selector = ",".join(
+                f"{k}={v}" for k, v in deployment.spec.selector.match_labels.items()
+            )
+            pods = local_cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
+            assert pods, f"{namespace}/{name} has pods"
+            for pod in pods:
+                assert pod.spec.node_name == "system-000", pod.metadata.name
+                (status,) = pod.status.container_statuses
+                assert status.ready and status.container_id.startswith("containerd://")
+                assert status.image_id, "the kubelet pulled a real image"
+                assert pod.status.pod_ip.startswith("10.200.0."), pod.status.pod_ip
 
 
 def test_upstream_crds_are_installed_and_kept(installed: Installed, local_cluster) -> None:
@@ -618,6 +566,7 @@ def test_a_plain_helm_install_of_the_bundle_refuses_bad_values_and_readies_every
             f"{RELEASE}-health",
             "kuberay-operator",
             "agent-sandbox-controller",
+            "kueue-controller-manager",
         }
         for doc in released:
             kind, name = doc["kind"], doc["metadata"]["name"]

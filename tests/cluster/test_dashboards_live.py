@@ -52,7 +52,7 @@ from gridloop.health.service import HealthService
 from gridloop.local.building import binary
 from gridloop.local.flags import LOOPBACK, RULES_GLOB, SCRAPE_INTERVAL
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kueue_platform")]
 
 SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
 A100_NODES = [f"eu-west-a100-{i:03d}" for i in range(4)]

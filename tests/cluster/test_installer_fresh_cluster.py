@@ -3,8 +3,9 @@ GPU nodes added, `gridloop install` from clean to all-ready, a re-run that chang
 nothing, a dry run, a wait that names what is not ready, an upgrade Helm left pending
 rolled forward, and uninstall keeping CRDs and what users made, then purging them.
 
-The cluster starts on base port 28900 with a fleet whose one pool has no nodes (and no
-Kueue: the local profile leaves Kueue's controller off) and is stopped at the end. The
+The cluster starts on base port 28900 with a fleet whose one pool has no nodes and no
+container node, so its values undo the local profile's Kueue and its pinning to
+container nodes (KWOK_ONLY); it is stopped at the end. The
 tests run in file order: each one starts from the state the one before left.
 """
 
@@ -38,6 +39,12 @@ NAMESPACE = "gl-system"
 HEALTH = f"{RELEASE}-gridloop-health"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 UNSCHEDULABLE = "health.nodeSelector.pool=nowhere"
+# This cluster has no container node: the local profile's pinning to one is undone (null
+# removes a key Helm merges) and Kueue is off, since no pod of it could answer its webhooks.
+KWOK_ONLY = {
+    "kueue": {"enabled": False},
+    "systemNodes": {"nodeSelector": {"gridloop.io/container-node": None}, "tolerations": []},
+}
 
 
 def said(result: subprocess.CompletedProcess[str]) -> str:
@@ -110,7 +117,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fresh]:
     fleet_file = work / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet(0), sort_keys=False))
     values = work / "fleet-values.yaml"
-    values.write_text(yaml.safe_dump({"fleet": {"sites": fleet(2)["sites"]}}, sort_keys=False))
+    values.write_text(yaml.safe_dump({"fleet": {"sites": fleet(2)["sites"]}, **KWOK_ONLY}))
     env = dict(os.environ)
     for key in ("CACHE", "CONFIG", "DATA"):
         env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())

@@ -83,8 +83,6 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "coredns",
         "dcgm-sim",
         "prometheus",
-        "kueue",
-        "agent-sandbox",
     ]
     assert info["nodes"] == {"ready": 24, "total": 24, "expected": 24}
     assert [(n["name"], n["ready"]) for n in info["container_nodes"]] == [("system-000", True)]

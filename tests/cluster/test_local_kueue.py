@@ -1,9 +1,13 @@
 """Real Kueue in the local cluster: Jobs suspended by its webhook, admitted within quota onto
 the flavor's nodes, kept waiting past it, and its metrics scraped by the local Prometheus.
 
-The session cluster runs the default fleet, which asks for Kueue. Each test makes its own
+Kueue here is the chart's own pod on the container node (the module installs the bundle
+with the local profile, its health service off); the API server calls its webhooks
+through kueue-webhook-service, as on any cluster. Each test makes its own
 ResourceFlavor, ClusterQueue and LocalQueue, named after its namespace, over the
-eu-west H100 pool, and deletes them afterwards.
+eu-west H100 pool, and deletes them afterwards. The last test runs Kueue as a host
+process beside the control plane of a kwok-only cluster of its own, where no pod of it
+could run.
 """
 
 from __future__ import annotations
@@ -45,9 +49,8 @@ sites:
 
 
 @pytest.fixture(scope="module")
-def kueue_cluster(local_cluster):
-    if "kueue" not in (local_cluster.state.components or []):
-        pytest.skip("this cluster's fleet does not ask for Kueue (kueue: {enabled: true})")
+def kueue_cluster(local_cluster, kueue_platform):
+    """The shared cluster, with the chart's Kueue running."""
     return local_cluster
 
 

@@ -3,7 +3,7 @@
 Each test gives a team a ClusterQueue over three pools in failover order (region one's
 H100s, region two's H100s, the on-prem A100s: kueue_scenario.py), runs a HealthService
 (the real code, in this process, in a thread like the deployed loop) against the local
-cluster's Prometheus and the Kueue controller `gridloop local up` runs, and submits
+cluster's Prometheus and the chart's Kueue pod (installed for the module), and submits
 8-GPU Jobs that Kueue admits or keeps pending for real. Simulated pods run for an hour,
 so the quota they hold stays held.
 """
@@ -29,7 +29,7 @@ from gridloop.sim.faults import FaultSet
 from gridloop.sim.injections import Injection
 from gridloop.sim.storing import FAULTS_FILE, update_faults
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kueue_platform")]
 
 
 def _service(local_cluster, namespace, policy=POLICY, url=None) -> HealthService:

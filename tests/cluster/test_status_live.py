@@ -23,7 +23,7 @@ from gridloop.status.acting import Actions
 from gridloop.status.app import Detail, StatusApp
 from gridloop.status.collecting import Collector, Source
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kueue_platform")]
 
 FAILING = "us-east-h100-003"
 

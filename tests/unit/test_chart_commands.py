@@ -143,7 +143,7 @@ def names(docs: list[dict[str, Any]], kind: str) -> set[str]:
 @pytest.mark.parametrize(
     ("profile", "sets", "health_replicas"),
     [
-        pytest.param("local", (), 1, id="local"),
+        pytest.param("local", (), 2, id="local"),
         pytest.param("minimal", (), 2, id="minimal"),
         pytest.param("production", ("--set", MISSING_OFF), 3, id="production-without-missing"),
     ],
@@ -162,26 +162,60 @@ def test_every_profile_renders_from_the_bundle(
     assert health["spec"]["replicas"] == health_replicas
     assert {"ValidatingAdmissionPolicy", "ClusterQueue", "LocalQueue"} <= {d["kind"] for d in docs}
     kueue_controller = "kueue-controller-manager" in names(docs, "Deployment")
-    assert kueue_controller == (profile == "production")
+    assert kueue_controller == (profile in ("production", "local"))
 
 
-def test_local_profile_leaves_out_webhooks_and_objects_without_crds_or_controllers(
+def test_local_profile_runs_the_controllers_on_the_container_nodes_and_leaves_out_the_rest(
     gridloop: Gridloop, bundle: Path
 ) -> None:
     docs = gridloop("render", "--chart", str(bundle), "--profile", "local").docs()
 
     kinds = {d["kind"] for d in docs}
-    assert "MutatingWebhookConfiguration" not in kinds
-    assert "ValidatingWebhookConfiguration" not in kinds
-    assert "APIService" not in kinds, "an aggregated API with no server breaks discovery"
+    assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
     assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Workspace"}
     assert {"SandboxTemplate", "SandboxWarmPool", "RuntimeClass"} <= kinds
-    assert {"kuberay-operator", "agent-sandbox-controller"} <= names(docs, "Deployment")
+    controllers = {"kueue-controller-manager", "kuberay-operator", "agent-sandbox-controller"}
+    assert names(docs, "Deployment") == controllers | {"gridloop-health"}
+    for deployment in of_kind(docs, "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"gridloop.io/container-node": "true"}
+        assert pod["tolerations"] == [
+            {"key": "gridloop.io/container-node", "operator": "Exists", "effect": "NoSchedule"}
+        ]
     assert any(
         d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
         for d in of_kind(docs, "ConfigMap")
     ), "dashboards are plain ConfigMaps and stay on"
     assert len(of_kind(docs, "ValidatingAdmissionPolicyBinding")) == 2
+
+
+def test_system_nodes_add_to_upstream_placement_and_leave_model_servers_and_sandboxes(
+    gridloop: Gridloop, bundle: Path, tmp_path: Path
+) -> None:
+    values = tmp_path / "system.yaml"
+    values.write_text(
+        "systemNodes:\n  nodeSelector: {pool: system}\n"
+        "  tolerations: [{key: dedicated, value: system, effect: NoSchedule}]\n"
+        "health:\n  nodeSelector: {zone: a}\n  tolerations: [{key: mine, operator: Exists}]\n"
+        # not in this bundle (not downloadable here)
+        "kaito: {enabled: false}\ndcgmExporter: {enabled: false}\n"
+    )
+    docs = gridloop(
+        "render", "--chart", str(bundle), "--profile", "production", "-f", str(values)
+    ).docs()
+
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in of_kind(docs, "Deployment")
+    }
+    assert pods["kueue-controller-manager"]["nodeSelector"] == {"pool": "system"}
+    assert pods["kuberay-operator"]["tolerations"] == [
+        {"key": "dedicated", "value": "system", "effect": "NoSchedule"}
+    ]
+    assert pods["gridloop-health"]["nodeSelector"] == {"pool": "system", "zone": "a"}
+    assert [t["key"] for t in pods["gridloop-health"]["tolerations"]] == ["dedicated", "mine"]
+    for name, pod in pods.items():
+        if name.startswith("vllm") or ("sandbox-" in name and "controller" not in name):
+            assert "pool" not in (pod.get("nodeSelector") or {}), name
 
 
 def test_render_prints_every_crd_first_and_kept_even_for_disabled_components(

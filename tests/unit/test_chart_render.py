@@ -154,7 +154,7 @@ def test_lint_is_clean_with_every_gridloop_part_enabled(helm: list[str]) -> None
 
 # the profiles, and the two the tests and the docs already used
 HEALTH_REPLICAS = {
-    "local": 1,
+    "local": 2,
     "minimal": 2,
     "production": 3,
     "single-region": 3,

@@ -69,8 +69,24 @@ def test_bad_kueue_values_are_one_line_naming_the_field(kueue: object, message: 
     assert str(err.value) == message
 
 
-def test_the_default_fleet_asks_for_kueue() -> None:
-    assert load_fleet(DEFAULT_FLEET).kueue.enabled is True
+def test_the_default_fleet_runs_kueue_as_the_charts_pod_not_beside_the_control_plane() -> None:
+    fleet = load_fleet(DEFAULT_FLEET)
+
+    assert fleet.container_nodes is not None
+    assert fleet.kueue.enabled is False
+
+
+def test_kueue_beside_the_control_plane_is_refused_with_container_nodes() -> None:
+    doc = fleet_doc(kueue={"enabled": True})
+    doc["containerNodes"] = {"nodes": 1}
+
+    with pytest.raises(FleetError) as err:
+        parse_fleet(doc, "f.yaml")
+
+    assert str(err.value) == (
+        "f.yaml: kueue.enabled: must be false with containerNodes: Kueue then runs as the "
+        "chart's own pod (gridloop install --profile local), not beside the control plane"
+    )
 
 
 def _helm_template(tmp_path: Path, fleet: dict[str, Any]) -> subprocess.CompletedProcess[str]:

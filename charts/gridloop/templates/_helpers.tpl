@@ -144,3 +144,32 @@ ones, plus kata when agentSandbox.kata.enabled. */}}
 {{- $image -}}
 {{- end -}}
 {{- end -}}
+
+{{- /*
+Upstream manifest text (list $ text) with systemNodes' nodeSelector and tolerations added
+to every Deployment's pod template, beside whatever upstream set (upstream's own
+nodeSelector keys win). Other documents are passed through as they were.
+*/ -}}
+{{- define "gridloop.onSystemNodes" -}}
+{{- $root := index . 0 }}
+{{- $placement := $root.Values.systemNodes }}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" (index . 1) -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if and $obj (eq (get $obj "kind") "Deployment") }}
+{{- $pod := $obj.spec.template.spec }}
+{{- $selector := merge (deepCopy ($pod.nodeSelector | default dict)) $placement.nodeSelector }}
+{{- if $selector }}
+{{- $_ := set $pod "nodeSelector" $selector }}
+{{- end }}
+{{- $tolerations := concat ($pod.tolerations | default list) $placement.tolerations }}
+{{- if $tolerations }}
+{{- $_ := set $pod "tolerations" $tolerations }}
+{{- end }}
+---
+{{ toYaml $obj }}
+{{- else if trim $doc }}
+---
+{{- $doc }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -113,6 +113,9 @@ def converge(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
     hooks = objects.webhook_services([*prepared.docs, *prepared.crds], req.namespace)
     if hooks:
         waiting.services(api, hooks, readiness.seconds(where.timeout))
+        # the release's custom resources are created through these webhooks next
+        configs = objects.webhook_configurations(prepared.docs)
+        waiting.ca_bundles(api, configs, readiness.seconds(where.timeout))
     serving = f"; {len(hooks)} webhook Services serving" if hooks else ""
     step("components", f"{count} objects applied server-side{serving}")
 

@@ -230,6 +230,14 @@ def webhook_services(docs: Sequence[Doc], default_namespace: str) -> list[tuple[
     return sorted(found)
 
 
+def webhook_configurations(docs: Sequence[Doc]) -> list[tuple[str, str]]:
+    """(kind, name) of every webhook configuration this rendering applies, to wait for
+    their CA bundles (an injector such as Kueue's fills them in after the apply)."""
+    return sorted(
+        (str(d["kind"]), str(d["metadata"]["name"])) for d in docs if d.get("kind") in WEBHOOK_KINDS
+    )
+
+
 def workloads(docs: Iterable[Doc], default_namespace: str) -> list[Ref]:
     """The Deployments, DaemonSets and StatefulSets the release runs, to wait for."""
     return [

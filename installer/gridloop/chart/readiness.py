@@ -61,3 +61,18 @@ def serving(slices: list[Mapping[str, Any]]) -> bool:
         for s in slices
         for endpoint in s.get("endpoints") or []
     )
+
+
+def without_ca(config: Mapping[str, Any] | None) -> list[str]:
+    """The webhooks of a live webhook configuration that fail closed, call a Service and
+    have no caBundle yet: the API server cannot verify them, so every request they cover
+    fails until their injector (Kueue's, cert-manager) has filled it in."""
+    if config is None:
+        return ["(not found)"]
+    return [
+        str(hook.get("name", ""))
+        for hook in config.get("webhooks") or []
+        if hook.get("failurePolicy", "Fail") == "Fail"
+        and ((hook.get("clientConfig") or {}).get("service"))
+        and not (hook.get("clientConfig") or {}).get("caBundle")
+    ]

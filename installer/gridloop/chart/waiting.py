@@ -95,3 +95,35 @@ def services(api: client.ApiClient, services: Sequence[tuple[str, str]], timeout
                     f"webhooks not serving after {timeout:.0f}s: no ready endpoint for {named}"
                 )
             time.sleep(POLL)
+
+
+WEBHOOK_PLURAL = {
+    "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
+}
+
+
+def ca_bundles(api: client.ApiClient, configs: Sequence[tuple[str, str]], timeout: float) -> None:
+    """Return once every fail-closed Service webhook of these (kind, name) configurations
+    has a caBundle; NotReady naming the rest at the deadline."""
+    deadline = time.monotonic() + timeout
+    with progress("waiting for webhook CA bundles", len(configs)) as tick:
+        while True:
+            left: dict[str, list[str]] = {}
+            for kind, name in configs:
+                path = f"/apis/admissionregistration.k8s.io/v1/{WEBHOOK_PLURAL[kind]}/{name}"
+                try:
+                    live = get(api, path)
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
+                    live = None
+                if missing := readiness.without_ca(live):
+                    left[f"{kind} {name}"] = missing
+            tick(len(configs) - len(left))
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                named = "; ".join(f"{c}: {', '.join(h)}" for c, h in left.items())
+                raise NotReady(f"webhooks without a CA bundle after {timeout:.0f}s: {named}")
+            time.sleep(POLL)

@@ -117,7 +117,8 @@ class Site:
 @dataclass(frozen=True)
 class KueueOptions:
     """What the fleet asks of Kueue. ``enabled``: `gridloop local up` runs Kueue's controller
-    (the chart installs Kueue by its own ``kueue.enabled``)."""
+    beside the control plane, for a fleet without container nodes, where no pod of it
+    could run (the chart installs Kueue by its own ``kueue.enabled``)."""
 
     enabled: bool = False
 
@@ -188,6 +189,13 @@ def parse_fleet(data: object, source: str = "fleet") -> Fleet:
     container_nodes = None
     if "containerNodes" in top:
         container_nodes = _container_nodes(top["containerNodes"], source)
+        if kueue.enabled:
+            raise FleetError(
+                source,
+                "kueue.enabled",
+                "must be false with containerNodes: Kueue then runs as the chart's own pod "
+                "(gridloop install --profile local), not beside the control plane",
+            )
     return Fleet(name=name, sites=sites, kueue=kueue, container_nodes=container_nodes)
 
 

@@ -129,15 +129,17 @@ def up(
     if previous and alive:
         say(f"found a partly running cluster ({', '.join(p.name for p in alive)}): restarting it")
         _stop_all(previous)
-    kueue = fleet.kueue.enabled
+    kueue = fleet.kueue.enabled  # never with container nodes (the fleet schema)
+    nodes = container.process_names(fleet)
     # in start order: the exporters and Prometheus right after the nodes, so their first
     # scrapes overlap the controllers' CRD applies; the health service last (it reads
-    # what Kueue and Prometheus serve)
+    # what Kueue and Prometheus serve). With container nodes the controllers and the
+    # health service are the chart's pods (`gridloop install`), not processes here.
     metrics = GPU_HEALTH[:-1] if gpu_health else ()
-    service = GPU_HEALTH[-1:] if gpu_health and health_service else ()
-    nodes = container.process_names(fleet)
+    service = GPU_HEALTH[-1:] if gpu_health and health_service and not nodes else ()
     real = (REGISTRY, *nodes, *SERVICES) if nodes else ()
-    components = [*ORDER, *real, *metrics, *((KUEUE,) if kueue else ()), AGENT_SANDBOX, *service]
+    controllers = () if nodes else (*((KUEUE,) if kueue else ()), AGENT_SANDBOX)
+    components = [*ORDER, *real, *metrics, *controllers, *service]
     processes.check_ports_free(ports.used_by(components))
     if previous is not None and not alive:
         _sweep(previous, None)  # a cluster that died without `down` may have left pods
@@ -174,10 +176,11 @@ def up(
         # Prometheus starts without Kueue's scrape token: it reads the file on each scrape
         _start_all(state, binaries, say, metrics)
         _converge_kueue(state, binaries, api, say, kueue)
-        _converge_agent_sandbox(state, binaries, say)
+        if not nodes:
+            _converge_agent_sandbox(state, binaries, say)
         if gpu_health:
             _ensure_namespace(api, flags.HEALTH_NAMESPACE)
-            if kueue:
+            if kueue or nodes:  # the chart's Kueue pod is scraped with it too
                 kueue_installing.write_scraper_token(
                     api, flags.HEALTH_NAMESPACE, launching.kueue_token(state)
                 )
@@ -222,12 +225,13 @@ def _start_container_nodes(
     say(f"container nodes: {len(names)} Ready in {took:.1f}s")
     first = container.nodes(fleet, state.dir)[0].planned
     objects = addons.dns_objects(flags.SERVICE_CIDR, first.node_ip)
+    objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)
     applying.server_side_apply(
         binaries["kubectl"],
         state.kubeconfig,
         state.dir / "cluster-dns.yaml",
         objects,
-        "the cluster DNS",
+        "the cluster DNS and Prometheus' Service",
     )
     _start_all(state, binaries, say, SERVICES)
 
@@ -361,6 +365,7 @@ def _prepare(
     shutil.copyfile(pki.kubeconfig("admin"), state.kubeconfig)
     state.kubeconfig.chmod(0o600)
     (d / "kwok.yaml").write_text(stages.kwok_config())
+    (d / "audit-policy.yaml").write_text(yaml.safe_dump(flags.audit_policy(), sort_keys=False))
     if fleet_path.resolve() != (d / "fleet.yaml").resolve():
         shutil.copyfile(fleet_path, d / "fleet.yaml")
     for tool in ("kubectl", "helm"):
@@ -369,10 +374,17 @@ def _prepare(
         link.symlink_to(binaries[tool])
     planned = planned_nodes(fleet)
     nodes = [p.name for p in planned]
-    token = launching.kueue_token(state) if fleet.kueue.enabled else None
+    pods = fleet.container_nodes is not None
+    token = launching.kueue_token(state) if fleet.kueue.enabled or pods else None
     places = {p.name: (p.site, p.pool) for p in planned}
     scrape = flags.prometheus_config(
-        state.ports, nodes, token, pki.path("ca.crt"), places=places, workloads=True
+        state.ports,
+        nodes,
+        token,
+        pki.path("ca.crt"),
+        places=places,
+        workloads=True,
+        pods=pods,
     )
     (d / "prometheus.yml").write_text(yaml.safe_dump(scrape, sort_keys=False))
     if fleet.kueue.enabled:

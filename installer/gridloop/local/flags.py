@@ -160,12 +160,42 @@ def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
     ]
 
 
-def apiserver(binary: Path, ports: Ports, pki: Path, advertise: str | None = None) -> list[str]:
+def audit_policy() -> dict[str, object]:
+    """What the API server's audit log records: who (which ServiceAccount) changed a
+    Node, a Kueue ClusterQueue or evicted a pod. The health service's actions, so a test
+    can show they were made with its ServiceAccount and nothing else."""
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            {
+                "level": "Metadata",
+                "userGroups": ["system:serviceaccounts"],
+                "verbs": ["create", "update", "patch"],
+                "resources": [
+                    {"group": "", "resources": ["nodes", "pods/eviction"]},
+                    {"group": "kueue.x-k8s.io", "resources": ["clusterqueues"]},
+                ],
+            },
+            {"level": "None"},
+        ],
+    }
+
+
+def apiserver(
+    binary: Path,
+    ports: Ports,
+    pki: Path,
+    advertise: str | None = None,
+    audit: tuple[Path, Path] | None = None,
+) -> list[str]:
     """With `advertise` (the first container node's address, on the pod bridge), pods reach
     the API server as on a real cluster: it listens on every address (hostnet's
     GRIDLOOP-HOST chain drops what does not come from loopback or the bridge), advertises
     that address, and its endpoint reconciler points the `kubernetes` Service there.
-    Without container nodes, loopback only: nothing but this machine's clients talk to it."""
+    Without container nodes, loopback only: nothing but this machine's clients talk to it.
+    With `audit` (policy file, log file), what audit_policy() selects is logged."""
     if advertise:
         listen = ["--bind-address=0.0.0.0", f"--advertise-address={advertise}"]
     else:
@@ -209,6 +239,16 @@ def apiserver(binary: Path, ports: Ports, pki: Path, advertise: str | None = Non
         f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
         f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
         "--enable-aggregator-routing=false",
+        *(
+            [
+                f"--audit-policy-file={audit[0]}",
+                f"--audit-log-path={audit[1]}",
+                "--audit-log-maxsize=20",
+                "--audit-log-maxbackup=1",
+            ]
+            if audit
+            else []
+        ),
     ]
 
 
@@ -271,7 +311,11 @@ KUEUE_JOB = "kueue"
 HEALTH_NAMESPACE = "gridloop-system"
 
 
-def dcgm_sim(python: Path, ports: Ports, fleet: Path, faults: Path) -> list[str]:
+def dcgm_sim(
+    python: Path, ports: Ports, fleet: Path, faults: Path, kubeconfig: Path | None = None
+) -> list[str]:
+    """The simulated exporters; with `kubeconfig`, also the pod discovery Prometheus
+    reads (container nodes)."""
     return [
         str(python),
         "-m",
@@ -279,16 +323,22 @@ def dcgm_sim(python: Path, ports: Ports, fleet: Path, faults: Path) -> list[str]
         f"--fleet={fleet}",
         f"--faults={faults}",
         f"--port={ports.dcgm_sim}",
+        *([f"--kubeconfig={kubeconfig}"] if kubeconfig else []),
     ]
 
 
-def prometheus(binary: Path, ports: Ports, config: Path, data: Path) -> list[str]:
+def prometheus(
+    binary: Path, ports: Ports, config: Path, data: Path, every_address: bool = False
+) -> list[str]:
+    """Prometheus on loopback; with `every_address` (container nodes: in-cluster pods
+    read it through a Service), on every address, behind hostnet's GRIDLOOP-HOST guard."""
+    listen = "0.0.0.0" if every_address else LOOPBACK
     return [
         str(binary),
         f"--config.file={config}",
         f"--storage.tsdb.path={data}",
         "--storage.tsdb.retention.time=6h",
-        f"--web.listen-address={LOOPBACK}:{ports.prometheus}",
+        f"--web.listen-address={listen}:{ports.prometheus}",
         "--log.level=warn",
     ]
 
@@ -309,6 +359,7 @@ def prometheus_config(
     ca: Path | None = None,
     places: Mapping[str, tuple[str, str]] | None = None,
     workloads: bool = False,
+    pods: bool = False,
 ) -> dict[str, object]:
     """Scrape each simulated node's exporter as its own target, labelled with its node
     (and, from `places`, its `site` and `pool`, as the chart's relabelling does);
@@ -316,7 +367,9 @@ def prometheus_config(
     against the cluster CA `ca` that signed Kueue's serving certificate. With
     `workloads`, also the health service, the simulated vLLM replicas, agent-sandbox
     controller and kube-state-metrics (gridloop.sim.workloads), and the rules in
-    RULES_GLOB."""
+    RULES_GLOB. With `pods` (container nodes run the chart's pods), Kueue and the
+    health service are also found as pods (pod_discovery.py) and scraped at their pod
+    addresses on the bridge, as an in-cluster Prometheus would."""
     where = places or {}
     jobs: list[dict[str, object]] = [
         {
@@ -339,7 +392,9 @@ def prometheus_config(
             ],
         }
     ]
-    if kueue_token is not None:
+    if pods and kueue_token is not None:
+        jobs.append(kueue_pods_job(ports, kueue_token))
+    elif kueue_token is not None:
         jobs.append(
             {
                 "job_name": KUEUE_JOB,
@@ -354,20 +409,53 @@ def prometheus_config(
         "scrape_configs": jobs,
     }
     if workloads:
-        jobs.extend(_workload_jobs(ports))
+        jobs.extend(_workload_jobs(ports, pods))
         config["rule_files"] = [RULES_GLOB]
     return config
 
 
-def _workload_jobs(ports: Ports) -> list[dict[str, object]]:
+DISCOVERY_REFRESH = "5s"  # how often Prometheus re-reads the pods behind a job
+
+
+def _discovered(ports: Ports, name: str) -> list[dict[str, object]]:
+    """HTTP service discovery of the pods of pod_discovery.JOBS[name], as answered by the
+    local helper server (Debian's Prometheus has no kubernetes_sd_configs)."""
+    url = f"http://{LOOPBACK}:{ports.dcgm_sim}/discovery/{name}"
+    return [{"url": url, "refresh_interval": DISCOVERY_REFRESH}]
+
+
+def kueue_pods_job(ports: Ports, token: Path) -> dict[str, object]:
+    """Kueue's controller pods' HTTPS /metrics, with the scraper's bearer token. Kueue
+    serves them with a certificate it signs itself at start, which no CA here knows:
+    the connection is encrypted but the server not verified (as kube-prometheus-stack
+    does for controller-runtime metrics)."""
+    return {
+        "job_name": KUEUE_JOB,
+        "scheme": "https",
+        "authorization": {"credentials_file": str(token)},
+        "tls_config": {"insecure_skip_verify": True},
+        "http_sd_configs": _discovered(ports, "kueue"),
+    }
+
+
+def _health_job(ports: Ports, pods: bool) -> dict[str, object]:
+    """The health service on its loopback port (a host process or a test's), and with
+    `pods` every pod behind a Service labelled component=health, on its metrics port."""
+    job: dict[str, object] = {
+        "job_name": HEALTH_JOB,
+        "static_configs": [{"targets": [f"{LOOPBACK}:{ports.health}"]}],
+    }
+    if pods:
+        job["http_sd_configs"] = _discovered(ports, "health")
+    return job
+
+
+def _workload_jobs(ports: Ports, pods: bool = False) -> list[dict[str, object]]:
     from gridloop.sim.workloads import vllm_pods  # here: `gridloop status` reads Ports only
 
     sim = f"{LOOPBACK}:{ports.dcgm_sim}"
     return [
-        {
-            "job_name": HEALTH_JOB,
-            "static_configs": [{"targets": [f"{LOOPBACK}:{ports.health}"]}],
-        },
+        _health_job(ports, pods),
         {
             "job_name": VLLM_JOB,
             "static_configs": [

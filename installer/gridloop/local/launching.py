@@ -31,8 +31,18 @@ def kueue_token(state: State) -> Path:
     return state.dir / "kueue" / "prometheus.token"
 
 
+def audit_log(state: State) -> Path:
+    """The API server's audit log (flags.audit_policy: ServiceAccounts' writes to nodes,
+    ClusterQueues and evictions)."""
+    return state.dir / "logs" / "audit.log"
+
+
 def kueue_certs(state: State) -> Path:
     return state.dir / "kueue" / "certs"
+
+
+def _has_container_nodes(state: State) -> bool:
+    return load_fleet(state.dir / "fleet.yaml").container_nodes is not None
 
 
 def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
@@ -41,7 +51,8 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
         case "etcd":
             return flags.etcd(binaries[name], ports, state.dir / "etcd")
         case "kube-apiserver":
-            return flags.apiserver(binaries[name], ports, pki, advertise(state))
+            audit = (state.dir / "audit-policy.yaml", audit_log(state))
+            return flags.apiserver(binaries[name], ports, pki, advertise(state), audit)
         case "kube-controller-manager":
             return flags.controller_manager(binaries[name], ports, pki)
         case "kube-scheduler":
@@ -54,10 +65,15 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
                 ports,
                 state.dir / "fleet.yaml",
                 state.dir / "sim" / "faults.json",
+                state.kubeconfig if _has_container_nodes(state) else None,
             )
         case "prometheus":
             return flags.prometheus(
-                binaries[name], ports, state.dir / "prometheus.yml", state.dir / "prometheus"
+                binaries[name],
+                ports,
+                state.dir / "prometheus.yml",
+                state.dir / "prometheus",
+                every_address=_has_container_nodes(state),
             )
         case "gridloop-health":
             return flags.health(

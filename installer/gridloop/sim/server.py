@@ -4,7 +4,9 @@ Prometheus scrapes ``/nodes/<node>/metrics`` as if each were a node's dcgm-expor
 (``/targets`` lists the nodes, to generate its scrape config). The simulated workloads
 (``workloads.py``) are served beside them: ``/workloads/vllm/<pod>/metrics`` per vLLM
 replica, ``/workloads/agent-sandbox/metrics`` and
-``/workloads/kube-state-metrics/metrics``. A node with an
+``/workloads/kube-state-metrics/metrics``. With ``--kubeconfig`` it also answers
+Prometheus's HTTP service discovery at ``/discovery/<job>`` with the chart's pods on the
+container nodes (gridloop.local.pod_discovery). A node with an
 ``exporter-down`` fault answers 503, so Prometheus records ``up == 0`` for it exactly as
 for a crashed exporter. Faults come from the faults file, re-read whenever it changes
 (``gridloop sim inject`` replaces it atomically), so injecting needs no second channel.
@@ -75,8 +77,9 @@ class Simulation:
 class SimServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, simulation: Simulation) -> None:
+    def __init__(self, port: int, simulation: Simulation, kubeconfig: Path | None = None) -> None:
         self.simulation = simulation
+        self.kubeconfig = kubeconfig
         super().__init__((HOST, port), _Handler)
 
     @property
@@ -107,6 +110,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(HTTPStatus.OK, body, CONTENT_TYPE)
         elif parts[0] == "workloads":
             self._workloads(parts[1:], sim.started)
+        elif len(parts) == 2 and parts[0] == "discovery":
+            self._discovery(parts[1])
         else:
             self._send(HTTPStatus.NOT_FOUND, "try /nodes/<node>/metrics or /targets\n")
 
@@ -126,6 +131,21 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.OK, body, CONTENT_TYPE)
 
+    def _discovery(self, name: str) -> None:
+        from gridloop.local import pod_discovery
+
+        kubeconfig = cast(SimServer, self.server).kubeconfig
+        job = pod_discovery.JOBS.get(name)
+        if kubeconfig is None or job is None:
+            self._send(HTTPStatus.NOT_FOUND, f"no discovery for {name!r}\n")
+            return
+        try:
+            groups = pod_discovery.discover(kubeconfig, job)
+        except Exception as err:  # Prometheus keeps its last targets on an error
+            self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"{err}\n")
+            return
+        self._send(HTTPStatus.OK, json.dumps(groups), "application/json")
+
     def _send(self, status: HTTPStatus, body: str, ctype: str = "text/plain") -> None:
         data = body.encode()
         self.send_response(status)
@@ -138,7 +158,9 @@ class _Handler(BaseHTTPRequestHandler):
         """Silent: Prometheus scraping thousands of nodes would flood the log."""
 
 
-def make_server(fleet_path: Path, faults_path: Path, port: int) -> SimServer:
+def make_server(
+    fleet_path: Path, faults_path: Path, port: int, kubeconfig: Path | None = None
+) -> SimServer:
     """A bound, not yet serving, server; UsageError for a bad fleet or a busy port."""
     try:
         nodes = planned_nodes(load_fleet(fleet_path))
@@ -146,14 +168,14 @@ def make_server(fleet_path: Path, faults_path: Path, port: int) -> SimServer:
         raise UsageError(str(err)) from err
     simulation = Simulation(nodes, faults_path, started=time.time())
     try:
-        return SimServer(port, simulation)
+        return SimServer(port, simulation, kubeconfig)
     except OSError as err:
         raise UsageError(f"--port {port}: cannot listen on {HOST}:{port}: {err}") from err
 
 
-def serve(fleet_path: Path, faults_path: Path, port: int) -> None:
+def serve(fleet_path: Path, faults_path: Path, port: int, kubeconfig: Path | None = None) -> None:
     """Serve until interrupted."""
-    server = make_server(fleet_path, faults_path, port)
+    server = make_server(fleet_path, faults_path, port, kubeconfig)
     count = len(server.simulation.nodes)
     print(
         f"dcgm simulator: {count} nodes on http://{HOST}:{server.port}/nodes/<node>/metrics",
@@ -172,9 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fleet", type=Path, required=True, help="the fleet file")
     parser.add_argument("--faults", type=Path, required=True, help="the faults JSON file")
     parser.add_argument("--port", type=int, required=True, help=f"port on {HOST}")
+    parser.add_argument(
+        "--kubeconfig", type=Path, help="answer /discovery/<job> from this cluster's pods"
+    )
     args = parser.parse_args(argv)
     try:
-        serve(args.fleet, args.faults, args.port)
+        serve(args.fleet, args.faults, args.port, args.kubeconfig)
     except GridloopError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -156,3 +156,52 @@ def dns_objects(service_cidr: str, backend: str) -> list[dict[str, Any]]:
             "ports": ports,
         },
     ]
+
+
+# The URL shape the chart's health service reads by default (health.prometheusUrl):
+# kube-prometheus-stack's Prometheus Service in `monitoring`.
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
+PROMETHEUS_SERVICE_PORT = 9090
+PROMETHEUS_LABEL = {"gridloop.io/local-component": "prometheus"}
+
+
+def prometheus_objects(backend: str, port: int) -> list[dict[str, Any]]:
+    """The `monitoring` namespace, a Service without selector named as
+    kube-prometheus-stack names its Prometheus, and its EndpointSlice to the local
+    Prometheus on the host (`backend`:`port`), so in-cluster pods read it at
+    http://kube-prometheus-stack-prometheus.monitoring.svc:9090 as on a user's cluster."""
+    ports = [{"name": "http-web", "port": PROMETHEUS_SERVICE_PORT, "protocol": "TCP"}]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": PROMETHEUS_NAMESPACE, "labels": PROMETHEUS_LABEL},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": PROMETHEUS_SERVICE,
+                "namespace": PROMETHEUS_NAMESPACE,
+                "labels": PROMETHEUS_LABEL,
+            },
+            "spec": {"ports": ports},
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{PROMETHEUS_SERVICE}-host",
+                "namespace": PROMETHEUS_NAMESPACE,
+                "labels": {
+                    **PROMETHEUS_LABEL,
+                    "kubernetes.io/service-name": PROMETHEUS_SERVICE,
+                    "endpointslice.kubernetes.io/managed-by": "gridloop.io",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [backend], "conditions": {"ready": True}}],
+            "ports": [{"name": "http-web", "port": port, "protocol": "TCP"}],
+        },
+    ]

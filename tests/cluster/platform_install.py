@@ -1,0 +1,124 @@
+"""The bundled chart installed on the shared local cluster as a user installs it, for the
+tests that need what it runs: Kueue, KubeRay's operator, agent-sandbox's controller and
+the health service, as real pods on the container node (the local profile).
+
+`installed_platform` installs one release for a test module and, on the way out,
+uninstalls it and deletes the namespaces uninstall keeps, so the next module's install
+finds every name free. Modules that drive their own in-process health service install
+it with `health.enabled=false`, so no second service acts on the faults they inject.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gridloop.bundle import bundling
+from gridloop.local import building, cluster
+
+RELEASE = "gridloop-itest"
+NAMESPACE = "gridloop-itest"
+SKIPPED = frozenset({"kaito", "dcgm-exporter"})
+GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
+# kept by uninstall (helm.sh/resource-policy: keep), with what users made there
+KEPT_NAMESPACES = (NAMESPACE, "team-default", "agents", "agent-sandbox-system", "kueue-system")
+HEALTH_OFF = ("health.enabled=false",)
+
+
+@dataclass(frozen=True)
+class Installed:
+    chart: Path
+    fleet: dict[str, Any]
+    work: Path
+    env: dict[str, str]  # KUBECONFIG and a private helm home
+    install_output: str
+    sets: tuple[str, ...] = ()  # --set values every install of this release passes
+
+    @property
+    def revision(self) -> int:
+        """The revision the module's install made (1 unless a release was left behind)."""
+        found = re.search(r"revision (\d+) deployed", self.install_output)
+        assert found, self.install_output
+        return int(found.group(1))
+
+    def gridloop(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [GRIDLOOP, *args], capture_output=True, text=True, env=self.env, timeout=600
+        )
+
+    def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(building.binary("helm")), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+        )
+
+    def install(
+        self, fleet: dict[str, Any], name: str, *sets: str
+    ) -> subprocess.CompletedProcess[str]:
+        values = self.work / name
+        values.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
+        flags = [f"--set={s}" for s in (*self.sets, *sets)]
+        return self.gridloop(
+            "install", "--chart", str(self.chart), "--profile", "local", "-f", str(values),
+            *flags, "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", "3m",
+            "--kubeconfig", self.env["KUBECONFIG"],
+        )  # fmt: skip
+
+
+def cluster_fleet(local_cluster) -> dict[str, Any]:
+    """The fleet the cluster runs: its state's copy, else the default fleet it starts with."""
+    recorded = local_cluster.state.dir / "fleet.yaml"
+    path = recorded if recorded.is_file() else cluster.default_fleet_file()
+    return yaml.safe_load(path.read_text())
+
+
+@contextmanager
+def installed_platform(
+    local_cluster, work: Path, sets: tuple[str, ...] = ()
+) -> Iterator[Installed]:
+    """The bundle built into `work` and installed with the local profile and the cluster's
+    fleet (plus `sets`); uninstalled, its kept namespaces deleted, on the way out."""
+    bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=SKIPPED))
+    env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
+    for key in ("CACHE", "CONFIG", "DATA"):
+        env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
+    setup = Installed(bundle.folder, cluster_fleet(local_cluster), work, env, "", sets)
+    try:
+        result = setup.install(setup.fleet, "fleet-values.yaml")
+        assert result.returncode == 0, result.stdout + result.stderr
+        yield Installed(setup.chart, setup.fleet, work, env, result.stdout, sets)
+    finally:
+        setup.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
+        remove_kept_namespaces(local_cluster.core)
+
+
+def remove_kept_namespaces(core: client.CoreV1Api) -> None:
+    """Delete what uninstall keeps and wait until it is gone: a terminating namespace of
+    this release is a name another release cannot take (doctor's free-names)."""
+    for namespace in KEPT_NAMESPACES:
+        try:
+            core.delete_namespace(namespace, propagation_policy="Background")
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        present = {n.metadata.name for n in core.list_namespace().items}
+        if not present & set(KEPT_NAMESPACES):
+            return
+        time.sleep(0.5)

@@ -1,0 +1,223 @@
+"""The chart's health service as a user's cluster runs it: two replicas of gridloop's image
+on the container node, in-cluster config, the chart's ServiceAccount and RBAC, its Lease,
+reading the local Prometheus through the Service a user's URL names.
+
+The module installs the bundle with the local profile, health service on (the other
+modules that inject faults install it off and drive their own). Faults are injected with
+`gridloop sim inject`, as a user would (the GPU metrics are simulated: no GPU here). What
+the service did is read back from the cluster: taints, the ClusterQueue's quota, its
+Events, its Lease, and the API server's audit log, which records who made each change.
+On the way out the release is uninstalled first, so nothing re-quarantines a node after
+the faults are cleared and the nodes put back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from platform_install import NAMESPACE, RELEASE, Installed, installed_platform
+
+from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.local import building, launching
+
+pytestmark = pytest.mark.cluster
+
+ACCOUNT = f"{RELEASE}-health"
+USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+LEASE = "gridloop-health"
+IMAGE = "ghcr.io/gridloop/gridloop:0.1.0"
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+TEAM = "default"
+SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=health"
+
+
+def _put_back(local_cluster) -> None:
+    """Faults cleared and every node gridloop quarantined put back as it was."""
+    state = str(local_cluster.state.dir)
+    subprocess.run([str(_gridloop()), "sim", "clear", "--state-dir", state], check=True)
+    core = local_cluster.core
+    for node in core.list_node(label_selector=STATE_LABEL).items:
+        notes = {
+            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
+        }
+        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
+        core.patch_node(
+            node.metadata.name,
+            {
+                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
+                "spec": {"unschedulable": False, "taints": taints or None},
+            },
+        )
+
+
+def _gridloop() -> Path:
+    return Path(sys.executable).parent / "gridloop"
+
+
+@pytest.fixture(scope="module")
+def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
+    try:
+        with installed_platform(local_cluster, tmp_path_factory.mktemp("health-pods")) as done:
+            yield done
+    finally:
+        _put_back(local_cluster)
+
+
+def _pods(local_cluster) -> list[client.V1Pod]:
+    return local_cluster.core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items
+
+
+def _holder(local_cluster) -> str:
+    lease = client.CoordinationV1Api(local_cluster.api).read_namespaced_lease(LEASE, NAMESPACE)
+    return str(lease.spec.holder_identity or "")
+
+
+def _inject(local_cluster, node: str) -> None:
+    state = str(local_cluster.state.dir)
+    done = subprocess.run(
+        [str(_gridloop()), "sim", "inject", "--state-dir", state, "--node", node, "--xid", "79"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _tainted(local_cluster, node: str) -> bool:
+    return any(t.key == TAINT_KEY for t in local_cluster.core.read_node(node).spec.taints or [])
+
+
+def _gpu_quota(local_cluster, flavor: str) -> int:
+    custom = client.CustomObjectsApi(local_cluster.api)
+    queue = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", TEAM)
+    for group in queue["spec"]["resourceGroups"]:
+        for f in group["flavors"]:
+            if f["name"] == flavor:
+                for r in f["resources"]:
+                    if r["name"] == "nvidia.com/gpu":
+                        return int(r["nominalQuota"])
+    raise AssertionError(f"no GPU quota for {flavor} in {queue['spec']}")
+
+
+def _audited(local_cluster, since: float) -> list[dict[str, Any]]:
+    """The audit log's entries (flags.audit_policy: ServiceAccounts' writes) since then."""
+    entries = []
+    for line in launching.audit_log(local_cluster.state).read_text().splitlines():
+        entry = json.loads(line)
+        stamp = dt.datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00"))
+        if stamp.timestamp() >= since - 1:
+            entries.append(entry)
+    return entries
+
+
+def _quarantine_events(local_cluster, node: str) -> int:
+    events = local_cluster.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node},reason=GPUQuarantined"
+    )
+    return len(events.items)
+
+
+def test_two_replicas_of_gridloops_image_run_on_the_container_node_and_one_leads(
+    platform, local_cluster, eventually
+) -> None:
+    eventually(lambda: _holder(local_cluster), "a replica to take the Lease", 60)
+    pods = _pods(local_cluster)
+
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod.spec.node_name == "system-000"
+        assert pod.spec.service_account_name == ACCOUNT
+        (container,) = pod.spec.containers
+        assert container.image == IMAGE
+        (status,) = pod.status.container_statuses
+        assert status.ready and status.container_id.startswith("containerd://")
+    assert _holder(local_cluster) in {p.metadata.name for p in pods}
+    assert "gridloop-health" not in local_cluster.state.components, "no host-process service"
+    logs = local_cluster.core.read_namespaced_pod_log(pods[0].metadata.name, NAMESPACE)
+    assert "http://kube-prometheus-stack-prometheus.monitoring.svc:9090" in logs
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "namespace", "allowed"),
+    [
+        ("patch", "nodes", None, True),
+        ("watch", "nodes", None, True),
+        ("create", "pods/eviction", None, True),
+        ("patch", "clusterqueues.kueue.x-k8s.io", None, True),
+        ("update", "leases/gridloop-health", NAMESPACE, True),
+        ("create", "events", "default", True),
+        ("get", "secrets", NAMESPACE, False),
+        ("list", "secrets", None, False),
+        ("delete", "nodes", None, False),
+        ("delete", "pods", None, False),
+        ("patch", "deployments.apps", NAMESPACE, False),
+        ("create", "pods", None, False),
+        ("update", "leases/kube-scheduler", "kube-system", False),
+        ("delete", "clusterqueues.kueue.x-k8s.io", None, False),
+    ],
+)
+def test_its_service_account_may_do_what_it_does_and_nothing_more(
+    platform, verb: str, resource: str, namespace: str | None, allowed: bool
+) -> None:
+    where = ["-n", namespace] if namespace else ["--all-namespaces"]
+    result = subprocess.run(
+        [str(building.binary("kubectl")), "auth", "can-i", verb, resource, *where, "--as", USER],
+        capture_output=True,
+        text=True,
+        env=platform.env,
+    )
+
+    assert result.stdout.strip() == ("yes" if allowed else "no"), result.stdout + result.stderr
+
+
+def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_alone(
+    platform, local_cluster, eventually
+) -> None:
+    node, flavor = "us-east-h100-003", "us-east-h100"
+    before = _gpu_quota(local_cluster, flavor)
+    since = time.time()
+
+    _inject(local_cluster, node)
+
+    eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined", 90)
+    eventually(
+        lambda: _gpu_quota(local_cluster, flavor) == before - 8, "its 8 GPUs out of quota", 90
+    )
+    audited = _audited(local_cluster, since)
+    on_node = [e for e in audited if e["objectRef"].get("name") == node]
+    on_queue = [e for e in audited if e["objectRef"].get("resource") == "clusterqueues"]
+    assert on_node and on_queue, audited
+    assert {e["user"]["username"] for e in on_node + on_queue} == {USER}
+    assert {e["responseStatus"]["code"] for e in on_node + on_queue} == {200}
+    assert _quarantine_events(local_cluster, node) == 1
+
+
+def test_killing_the_leader_hands_over_with_no_duplicate_or_lost_action(
+    platform, local_cluster, eventually
+) -> None:
+    leader = eventually(lambda: _holder(local_cluster), "a leader", 60)
+    core = local_cluster.core
+
+    core.delete_namespaced_pod(leader, NAMESPACE)
+
+    follower = eventually(
+        lambda: (h := _holder(local_cluster)) not in ("", leader) and h,
+        "the other replica to take the Lease",
+        90,
+    )
+    node = "eu-west-h100-001"
+    _inject(local_cluster, node)
+    eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined by {follower}", 90)
+    time.sleep(10)  # two more cycles, and the replacement pod is up: nobody acts twice
+    assert _quarantine_events(local_cluster, node) == 1
+    logs = core.read_namespaced_pod_log(str(follower), NAMESPACE)
+    assert node in logs, logs[-2000:]
+    eventually(lambda: len(_pods(local_cluster)) == 2, "the Deployment to replace the pod", 60)
