@@ -113,9 +113,18 @@ def converge(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
     hooks = objects.webhook_services([*prepared.docs, *prepared.crds], req.namespace)
     if hooks:
         waiting.services(api, hooks, readiness.seconds(where.timeout))
-        # the release's custom resources are created through these webhooks next
-        configs = objects.webhook_configurations(prepared.docs)
-        waiting.ca_bundles(api, configs, readiness.seconds(where.timeout))
+        # The release's custom resources are created through these webhooks next, and an
+        # injector (Kueue's own, cert-manager) fills in their CA bundles only once they
+        # exist: apply them now that their servers answer, and wait for the bundles.
+        configs = [
+            objects.adoptable(d, req.release, req.namespace)
+            for d in prepared.docs
+            if d.get("kind") in objects.WEBHOOK_KINDS
+        ]
+        if configs:
+            installing.apply_components({req.namespace: configs}, where)
+            names = objects.webhook_configurations(configs)
+            waiting.ca_bundles(api, names, readiness.seconds(where.timeout))
     serving = f"; {len(hooks)} webhook Services serving" if hooks else ""
     step("components", f"{count} objects applied server-side{serving}")
 
