@@ -67,6 +67,16 @@ class Installed:
             timeout=300,
         )
 
+    def where(self) -> tuple[str, ...]:
+        return (
+            "--release",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--kubeconfig",
+            self.env["KUBECONFIG"],
+        )
+
     def install(
         self, fleet: dict[str, Any], name: str, *sets: str
     ) -> subprocess.CompletedProcess[str]:
@@ -103,7 +113,8 @@ def installed_platform(
         assert result.returncode == 0, result.stdout + result.stderr
         yield Installed(setup.chart, setup.fleet, work, env, result.stdout, sets)
     finally:
-        setup.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
+        # gridloop uninstall: Kueue's queues and flavors go while Kueue still runs
+        setup.gridloop("uninstall", *setup.where())
         remove_kept_namespaces(local_cluster.core)
 
 

@@ -495,9 +495,7 @@ def test_upgrade_rollback_and_uninstall_keep_crds_namespaces_and_user_objects(
         TEAM_NAMESPACE, {"metadata": {"name": mine}, "data": {"run": "42"}}
     )
     try:
-        removed = installed.helm(
-            "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m"
-        )
+        removed = installed.gridloop("uninstall", *installed.where())
 
         assert removed.returncode == 0, removed.stderr
         apps = client.AppsV1Api(local_cluster.api)
@@ -573,4 +571,5 @@ def test_a_plain_helm_install_of_the_bundle_refuses_bad_values_and_readies_every
             namespace = doc["metadata"].get("namespace", NAMESPACE)
             assert _ready(apps, kind, name, namespace), f"{kind} {namespace}/{name}"
     finally:
-        installed.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait")
+        # not `helm uninstall`: it deletes Kueue with the queues it holds finalizers on
+        installed.gridloop("uninstall", *installed.where())

@@ -5,6 +5,11 @@ ClusterQueues ...) and keeps the CRDs, which Helm never deletes, with every obje
 their kinds. `--purge` then deletes the CRDs gridloop applied, after a confirmation
 (`--yes` for scripts), and only when no custom resource outside the release is left
 (`--force` deletes them too). Every refusal comes before anything is deleted.
+
+The release's own Kueue objects (LocalQueues, ClusterQueues, ResourceFlavors) go first,
+while the release's Kueue still runs: Kueue puts a finalizer on each, and only its
+controller removes it. A plain `helm uninstall` deletes the controller with them and
+leaves them terminating for ever, their names taken.
 """
 
 from __future__ import annotations
@@ -84,6 +89,9 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     if existing is None:
         print(f"  - release {release} is not installed in {namespace}: nothing to uninstall")
     else:
+        gone = _delete_kueue_objects(api, release, namespace, readiness.seconds(where.timeout))
+        if gone:
+            print(f"  ✓ kueue      {gone} queues and flavors of the release deleted first")
         installing.uninstall(release, namespace, where)
         print(f"  ✓ release {release} uninstalled (revision {existing.revision}, {namespace})")
     if args.purge:
@@ -104,6 +112,66 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         )
     print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
     return 0
+
+
+KUEUE_KINDS = ("localqueues", "clusterqueues", "resourceflavors")  # in deletion order
+
+
+def _delete_kueue_objects(
+    api: client.ApiClient, release: str, namespace: str, timeout: float
+) -> int:
+    """Delete the release's Kueue objects and wait until their finalizers let them go;
+    how many there were. Nothing when Kueue's CRDs are not served."""
+    from kubernetes import client as k8s
+    from kubernetes.client.rest import ApiException
+
+    custom = k8s.CustomObjectsApi(api)
+    selector = f"app.kubernetes.io/instance={release}"
+
+    def mine(plural: str) -> list[dict[str, Any]]:
+        try:
+            found = custom.list_cluster_custom_object(
+                "kueue.x-k8s.io", "v1beta2", plural, label_selector=selector
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return []
+            raise
+        return [
+            o
+            for o in found.get("items") or []
+            if (o["metadata"].get("annotations") or {}).get("meta.helm.sh/release-namespace")
+            == namespace
+        ]
+
+    count = 0
+    for plural in KUEUE_KINDS:
+        objects_ = mine(plural)
+        count += len(objects_)
+        for obj in objects_:
+            meta = obj["metadata"]
+            try:
+                if meta.get("namespace"):
+                    custom.delete_namespaced_custom_object(
+                        "kueue.x-k8s.io", "v1beta2", meta["namespace"], plural, meta["name"]
+                    )
+                else:
+                    custom.delete_cluster_custom_object(
+                        "kueue.x-k8s.io", "v1beta2", plural, meta["name"]
+                    )
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        deadline = time.monotonic() + timeout
+        while (left := mine(plural)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if left:
+            names = ", ".join(o["metadata"]["name"] for o in left)
+            raise exits.NotReady(
+                f"Kueue {plural} still terminating after {timeout:.0f}s: {names} "
+                "(workloads still admitted in them? kubectl get workloads -A)"
+            )
+    return count
 
 
 def _kept_namespaces(api: client.ApiClient, release: str, namespace: str) -> list[str]:
