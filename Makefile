@@ -35,13 +35,16 @@ build: setup host-packages
 	$(BIN)/gridloop local build
 
 # start the local cluster with the default simulated GPU fleet, install the bundle on it
-# (KAITO and the DCGM exporter cannot be downloaded here: left out), and
+# (KAITO and the DCGM exporter cannot be downloaded here: left out), show the chart's
+# controllers and health service running as real pods on the container node, and
 # show the fleet, its queues and the health service's work once (`gridloop status` is the
 # live view)
 demo: build
 	$(BIN)/gridloop local up
 	$(BIN)/gridloop bundle --skip kaito --skip dcgm-exporter
 	$(BIN)/gridloop install --profile local --wait
+	@eval "$$($(BIN)/gridloop local env)" && \
+	  kubectl get pods -A -o wide --field-selector spec.nodeName=system-000
 	$(BIN)/gridloop status --once --all
 
 down: setup

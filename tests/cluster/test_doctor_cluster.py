@@ -68,9 +68,8 @@ def test_the_local_cluster_is_ready_for_the_local_profile(setup: Setup) -> None:
     assert {c["status"] for c in found.values()} == {"pass"}, found
     assert found["gpu-nodes"]["detail"] == "24 GPU nodes, 192 GPUs"
     assert found["gpu-labels"]["detail"] == "every one of 4 Kueue flavors has nodes"
-    # Kueue runs as a local process beside the control plane, reached through its webhooks
-    assert "Kueue runs outside the chart (webhooks kueue-" in found["kueue"]["detail"]
-    assert found["kueue"]["detail"].endswith("kueue.enabled=false leaves it alone")
+    # no Kueue runs beside the control plane: the chart brings its own, as a pod
+    assert found["kueue"]["detail"] == "installed by this chart (Kueue v0.17.1)"
 
 
 def test_the_table_shows_each_check_with_a_mark_and_a_summary(setup: Setup) -> None:

@@ -13,6 +13,7 @@ the faults are cleared and the nodes put back.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -27,7 +28,10 @@ from kubernetes import client
 from platform_install import NAMESPACE, RELEASE, Installed, installed_platform
 
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
-from gridloop.local import building, launching
+from gridloop.health.policy_loading import load_policy
+from gridloop.health.reading import connect
+from gridloop.health.service import HealthService
+from gridloop.local import building, cluster, launching
 
 pytestmark = pytest.mark.cluster
 
@@ -63,13 +67,39 @@ def _gridloop() -> Path:
     return Path(sys.executable).parent / "gridloop"
 
 
+def _settle(local_cluster, timeout: float = 90) -> None:
+    """Wait until Prometheus shows a fault-free fleet: earlier modules' faults are cleared,
+    but their last samples may still be read, and a service started now would act on
+    them. A dry-run twin of the service looks, so nothing is acted on."""
+    policy = dataclasses.replace(load_policy(cluster.default_health_policy()), dry_run=True)
+    prom = connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
+    twin = HealthService(local_cluster.api, prom, policy, "default", log=lambda _m: None)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        report = twin.cycle()
+        if report.held is None and not report.outcomes:
+            return
+        time.sleep(1)
+    pytest.fail(f"the fleet still shows faults after {timeout:.0f}s: {report.outcomes}")
+
+
 @pytest.fixture(scope="module")
 def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
+    _put_back(local_cluster)
+    _settle(local_cluster)
     try:
         with installed_platform(local_cluster, tmp_path_factory.mktemp("health-pods")) as done:
             yield done
     finally:
         _put_back(local_cluster)
+
+
+def _leader_logs(local_cluster) -> str:
+    try:
+        holder = _holder(local_cluster)
+        return str(local_cluster.core.read_namespaced_pod_log(holder, NAMESPACE))[-3000:]
+    except client.ApiException as err:
+        return f"(no logs: {err.reason})"
 
 
 def _pods(local_cluster) -> list[client.V1Pod]:
@@ -191,16 +221,22 @@ def test_its_service_account_may_do_what_it_does_and_nothing_more(
 def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_alone(
     platform, local_cluster, eventually
 ) -> None:
-    node, flavor = "us-east-h100-003", "us-east-h100"
+    node, flavor = "us-east-h100-005", "us-east-h100"
     before = _gpu_quota(local_cluster, flavor)
     since = time.time()
+    assert not _tainted(local_cluster, node), "a clean node to begin with"
 
     _inject(local_cluster, node)
 
-    eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined", 90)
-    eventually(
-        lambda: _gpu_quota(local_cluster, flavor) == before - 8, "its 8 GPUs out of quota", 90
-    )
+    try:
+        eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined", 90)
+        eventually(
+            lambda: _gpu_quota(local_cluster, flavor) == before - 8, "its 8 GPUs out of quota", 90
+        )
+    except pytest.fail.Exception as failed:
+        raise AssertionError(
+            f"{failed}\nthe leader's log:\n{_leader_logs(local_cluster)}"
+        ) from None
     # the controller-manager's own controllers (kube-system's accounts) also update the
     # node, e.g. the unschedulable taint once it is cordoned; nobody else touches it
     audited = [
@@ -229,9 +265,14 @@ def test_killing_the_leader_hands_over_with_no_duplicate_or_lost_action(
         "the other replica to take the Lease",
         90,
     )
-    node, since = "eu-west-h100-001", time.time()
+    node, since = "eu-west-h100-002", time.time()
     _inject(local_cluster, node)
-    eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined by {follower}", 90)
+    try:
+        eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined by {follower}", 90)
+    except pytest.fail.Exception as failed:
+        raise AssertionError(
+            f"{failed}\nthe leader's log:\n{_leader_logs(local_cluster)}"
+        ) from None
     time.sleep(10)  # two more cycles, and the replacement pod is up: nobody acts twice
     assert _quarantine_events(local_cluster, node, since) == 1
     logs = core.read_namespaced_pod_log(str(follower), NAMESPACE)

@@ -152,14 +152,15 @@ nodeSelector keys win). Other documents are passed through as they were.
 */ -}}
 {{- define "gridloop.onSystemNodes" -}}
 {{- $root := index . 0 }}
-{{- $placement := $root.Values.systemNodes }}
+{{- $selector := include "gridloop.systemNodeSelector" $root | fromJson }}
+{{- $placement := dict "nodeSelector" $selector "tolerations" $root.Values.systemNodes.tolerations }}
 {{- range $doc := regexSplit "(?m)^---[ \t]*$" (index . 1) -1 }}
 {{- $obj := fromYaml $doc }}
 {{- if and $obj (eq (get $obj "kind") "Deployment") }}
 {{- $pod := $obj.spec.template.spec }}
-{{- $selector := merge (deepCopy ($pod.nodeSelector | default dict)) $placement.nodeSelector }}
-{{- if $selector }}
-{{- $_ := set $pod "nodeSelector" $selector }}
+{{- $merged := merge (deepCopy ($pod.nodeSelector | default dict)) $placement.nodeSelector }}
+{{- if $merged }}
+{{- $_ := set $pod "nodeSelector" $merged }}
 {{- end }}
 {{- $tolerations := concat ($pod.tolerations | default list) $placement.tolerations }}
 {{- if $tolerations }}
@@ -172,4 +173,19 @@ nodeSelector keys win). Other documents are passed through as they were.
 {{- $doc }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{- /*
+systemNodes.nodeSelector as JSON, without the labels a later values file set to null
+(Helm keeps a user's null when the chart's defaults do not have the key; here it means
+"drop the label a profile set", e.g. the local profile's on a kwok-only cluster).
+*/ -}}
+{{- define "gridloop.systemNodeSelector" -}}
+{{- $out := dict }}
+{{- range $k, $v := .Values.systemNodes.nodeSelector }}
+{{- if not (kindIs "invalid" $v) }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- end }}
+{{- toJson $out }}
 {{- end }}

@@ -175,7 +175,9 @@ def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool
             if err.status == 404:
                 return False
             raise
-        wanted = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+        wanted = objects.without_managed_by(
+            {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+        )
         if not objects.contains(objects.as_configured(live), wanted):
             return False
     return True

@@ -120,6 +120,17 @@ def contains(live: Any, wanted: Any) -> bool:
     return _same(live, wanted)
 
 
+def without_managed_by(doc: Doc) -> Doc:
+    """`doc` without its app.kubernetes.io/managed-by label: adopting an object into the
+    release sets it to Helm (`adoptable`), whatever upstream wrote (Kueue's say kustomize),
+    so it is no difference to act on."""
+    labels = (doc.get("metadata") or {}).get("labels")
+    if not labels or MANAGED_BY not in labels:
+        return doc
+    kept = {k: v for k, v in labels.items() if k != MANAGED_BY}
+    return {**doc, "metadata": {**doc["metadata"], "labels": kept}}
+
+
 def as_configured(live: Doc) -> Doc:
     """A ClusterQueue as the chart configured it: GPU quotas the health service lowered
     (its record `quota.gridloop.io/configured`, {flavor: {"configured": N, "set": M}},
