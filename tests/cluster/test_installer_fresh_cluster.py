@@ -41,9 +41,11 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 UNSCHEDULABLE = "health.nodeSelector.pool=nowhere"
 # This cluster has no container node: the local profile's pinning to one is undone (null
 # removes a key Helm merges) and Kueue is off, since no pod of it could answer its webhooks.
+# One health replica, so the tests below can ask for two (and a PodDisruptionBudget).
 KWOK_ONLY = {
     "kueue": {"enabled": False},
     "systemNodes": {"nodeSelector": {"gridloop.io/container-node": None}, "tolerations": []},
+    "health": {"replicas": 1},
 }
 
 
