@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 
 import pytest
+from fleet_reset import fault_free, put_back
 from platform_install import HEALTH_OFF, Installed, installed_platform
 
-from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.health.observed import TAINT_KEY
 from gridloop.health.service import HealthService
 
 
@@ -24,19 +24,7 @@ def sim(local_cluster, gridloop) -> Iterator[Callable[..., None]]:
 
     yield inject
     gridloop("sim", "clear", "--state-dir", state)
-    core = local_cluster.core
-    for node in core.list_node(label_selector=STATE_LABEL).items:
-        notes = {
-            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
-        }
-        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
-        core.patch_node(
-            node.metadata.name,
-            {
-                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
-                "spec": {"unschedulable": False, "taints": taints or None},
-            },
-        )
+    put_back(local_cluster.core)
 
 
 @pytest.fixture
@@ -59,19 +47,7 @@ def settle(eventually) -> Callable[[HealthService], None]:
     be in its last samples. A dry-run twin of the service looks, so nothing is acted on."""
 
     def wait(service: HealthService) -> None:
-        twin = HealthService(
-            service.core.api_client,
-            service.prom,
-            dataclasses.replace(service.policy, dry_run=True),
-            service.namespace,
-            log=lambda _m: None,
-        )
-
-        def clean() -> bool:
-            report = twin.cycle()
-            return report.held is None and not report.outcomes
-
-        eventually(clean, "fresh, fault-free DCGM samples in Prometheus", 60)
+        eventually(lambda: fault_free(service), "fresh, fault-free DCGM samples in Prometheus", 60)
 
     return wait
 

@@ -13,21 +13,19 @@ the faults are cleared and the nodes put back.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_reset import fault_free, put_back
 from kubernetes import client
-from platform_install import NAMESPACE, RELEASE, Installed, installed_platform
+from platform_install import GRIDLOOP, NAMESPACE, RELEASE, Installed, installed_platform
 
-from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.health.observed import TAINT_KEY
 from gridloop.health.policy_loading import load_policy
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
@@ -47,40 +45,22 @@ SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=he
 def _put_back(local_cluster) -> None:
     """Faults cleared and every node gridloop quarantined put back as it was."""
     state = str(local_cluster.state.dir)
-    subprocess.run([str(_gridloop()), "sim", "clear", "--state-dir", state], check=True)
-    core = local_cluster.core
-    for node in core.list_node(label_selector=STATE_LABEL).items:
-        notes = {
-            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
-        }
-        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
-        core.patch_node(
-            node.metadata.name,
-            {
-                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
-                "spec": {"unschedulable": False, "taints": taints or None},
-            },
-        )
-
-
-def _gridloop() -> Path:
-    return Path(sys.executable).parent / "gridloop"
+    subprocess.run([GRIDLOOP, "sim", "clear", "--state-dir", state], check=True)
+    put_back(local_cluster.core)
 
 
 def _settle(local_cluster, timeout: float = 90) -> None:
     """Wait until Prometheus shows a fault-free fleet: earlier modules' faults are cleared,
     but their last samples may still be read, and a service started now would act on
     them. A dry-run twin of the service looks, so nothing is acted on."""
-    policy = dataclasses.replace(load_policy(cluster.default_health_policy()), dry_run=True)
+    policy = load_policy(cluster.default_health_policy())
     prom = connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
-    twin = HealthService(local_cluster.api, prom, policy, "default", log=lambda _m: None)
+    service = HealthService(local_cluster.api, prom, policy, "default", log=lambda _m: None)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        report = twin.cycle()
-        if report.held is None and not report.outcomes:
-            return
+    while not fault_free(service):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the fleet still shows faults after {timeout:.0f}s")
         time.sleep(1)
-    pytest.fail(f"the fleet still shows faults after {timeout:.0f}s: {report.outcomes}")
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +94,7 @@ def _holder(local_cluster) -> str:
 def _inject(local_cluster, node: str) -> None:
     state = str(local_cluster.state.dir)
     done = subprocess.run(
-        [str(_gridloop()), "sim", "inject", "--state-dir", state, "--node", node, "--xid", "79"],
+        [GRIDLOOP, "sim", "inject", "--state-dir", state, "--node", node, "--xid", "79"],
         capture_output=True,
         text=True,
     )

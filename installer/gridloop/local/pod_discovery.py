@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 SERVICE_NAME = "kubernetes.io/service-name"
@@ -66,23 +65,19 @@ def targets(
     return sorted(groups, key=lambda g: g["targets"][0])
 
 
-def discover(kubeconfig: Path, job: Job) -> list[dict[str, Any]]:
-    """The target groups of `job` on the cluster `kubeconfig` reaches, read now."""
+def discover(api: Any, job: Job) -> list[dict[str, Any]]:
+    """The target groups of `job` on the cluster `api` (a kubernetes ApiClient) reaches,
+    read now."""
     from gridloop.chart.connecting import get
-    from gridloop.local import kube
 
     core = f"/api/v1/namespaces/{job.namespace}" if job.namespace else "/api/v1"
     query = {"labelSelector": job.selector} if job.selector else {}
     if job.service:
         query["fieldSelector"] = f"metadata.name={job.service}"
-    api = kube.api_client(kubeconfig, pool=2)
-    try:
-        services = get(api, f"{core}/services", query).get("items") or []
-        pairs = [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services]
-        if not pairs:
-            return []
-        discovery = core.replace("/api/v1", "/apis/discovery.k8s.io/v1")
-        slices = get(api, f"{discovery}/endpointslices").get("items") or []
-    finally:
-        api.close()
+    services = get(api, f"{core}/services", query).get("items") or []
+    pairs = [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in services]
+    if not pairs:
+        return []
+    discovery = core.replace("/api/v1", "/apis/discovery.k8s.io/v1")
+    slices = get(api, f"{discovery}/endpointslices").get("items") or []
     return targets(pairs, slices, job.port)

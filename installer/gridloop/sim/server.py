@@ -80,7 +80,20 @@ class SimServer(ThreadingHTTPServer):
     def __init__(self, port: int, simulation: Simulation, kubeconfig: Path | None = None) -> None:
         self.simulation = simulation
         self.kubeconfig = kubeconfig
+        self._api: object | None = None  # one client for every discovery request
+        self._api_lock = threading.Lock()
         super().__init__((HOST, port), _Handler)
+
+    def cluster_api(self) -> object | None:
+        """The API client for /discovery (made on first use), or None without --kubeconfig."""
+        if self.kubeconfig is None:
+            return None
+        with self._api_lock:
+            if self._api is None:
+                from gridloop.local import kube
+
+                self._api = kube.api_client(self.kubeconfig, pool=4)
+            return self._api
 
     @property
     def port(self) -> int:
@@ -134,13 +147,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _discovery(self, name: str) -> None:
         from gridloop.local import pod_discovery
 
-        kubeconfig = cast(SimServer, self.server).kubeconfig
         job = pod_discovery.JOBS.get(name)
-        if kubeconfig is None or job is None:
+        if job is None or cast(SimServer, self.server).kubeconfig is None:
             self._send(HTTPStatus.NOT_FOUND, f"no discovery for {name!r}\n")
             return
         try:
-            groups = pod_discovery.discover(kubeconfig, job)
+            groups = pod_discovery.discover(cast(SimServer, self.server).cluster_api(), job)
         except Exception as err:  # Prometheus keeps its last targets on an error
             self._send(HTTPStatus.SERVICE_UNAVAILABLE, f"{err}\n")
             return

@@ -91,6 +91,33 @@ def coredns_argv(binary: Path, corefile_path: Path) -> list[str]:
     return [str(binary), "-conf", str(corefile_path)]
 
 
+def host_endpoint_slice(
+    namespace: str,
+    service: str,
+    labels: dict[str, str],
+    backend: str,
+    ports: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The EndpointSlice that makes a selectorless Service point at a process on the host
+    (`backend`, a bridge address), on `ports`."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-host",
+            "namespace": namespace,
+            "labels": {
+                **labels,
+                "kubernetes.io/service-name": service,
+                "endpointslice.kubernetes.io/managed-by": "gridloop.io",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [backend], "conditions": {"ready": True}}],
+        "ports": ports,
+    }
+
+
 def dns_objects(service_cidr: str, backend: str) -> list[dict[str, Any]]:
     """The `kube-dns` Service on 10.96.0.10, its EndpointSlice to CoreDNS on the host,
     and the read-only RBAC CoreDNS's kubernetes plugin needs."""
@@ -139,22 +166,7 @@ def dns_objects(service_cidr: str, backend: str) -> list[dict[str, Any]]:
             },
             "spec": {"clusterIP": dns_service_ip(service_cidr), "ports": ports},
         },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{DNS_SERVICE}-host",
-                "namespace": DNS_NAMESPACE,
-                "labels": {
-                    **LOCAL_LABEL,
-                    "kubernetes.io/service-name": DNS_SERVICE,
-                    "endpointslice.kubernetes.io/managed-by": "gridloop.io",
-                },
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [backend], "conditions": {"ready": True}}],
-            "ports": ports,
-        },
+        host_endpoint_slice(DNS_NAMESPACE, DNS_SERVICE, LOCAL_LABEL, backend, ports),
     ]
 
 
@@ -188,20 +200,11 @@ def prometheus_objects(backend: str, port: int) -> list[dict[str, Any]]:
             },
             "spec": {"ports": ports},
         },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{PROMETHEUS_SERVICE}-host",
-                "namespace": PROMETHEUS_NAMESPACE,
-                "labels": {
-                    **PROMETHEUS_LABEL,
-                    "kubernetes.io/service-name": PROMETHEUS_SERVICE,
-                    "endpointslice.kubernetes.io/managed-by": "gridloop.io",
-                },
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [backend], "conditions": {"ready": True}}],
-            "ports": [{"name": "http-web", "port": port, "protocol": "TCP"}],
-        },
+        host_endpoint_slice(
+            PROMETHEUS_NAMESPACE,
+            PROMETHEUS_SERVICE,
+            PROMETHEUS_LABEL,
+            backend,
+            [{"name": "http-web", "port": port, "protocol": "TCP"}],
+        ),
     ]

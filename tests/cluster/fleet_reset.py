@@ -1,0 +1,40 @@
+"""Putting the simulated fleet back after faults: the quarantines undone, and a wait for
+Prometheus to show no fault any more (its last samples outlive a `sim clear`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kubernetes import client
+
+from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.health.service import HealthService
+
+
+def put_back(core: client.CoreV1Api) -> None:
+    """Every node gridloop quarantined put back as it was: label, notes, taint, cordon."""
+    for node in core.list_node(label_selector=STATE_LABEL).items:
+        notes = {
+            k: None for k in node.metadata.annotations or {} if k.startswith("health.gridloop.io/")
+        }
+        taints = [t for t in node.spec.taints or [] if t.key != TAINT_KEY]
+        core.patch_node(
+            node.metadata.name,
+            {
+                "metadata": {"labels": {STATE_LABEL: None}, "annotations": notes},
+                "spec": {"unschedulable": False, "taints": taints or None},
+            },
+        )
+
+
+def fault_free(service: HealthService) -> bool:
+    """Whether a dry-run twin of `service` sees nothing to do now (nothing is acted on)."""
+    twin = HealthService(
+        service.core.api_client,
+        service.prom,
+        dataclasses.replace(service.policy, dry_run=True),
+        service.namespace,
+        log=lambda _m: None,
+    )
+    report = twin.cycle()
+    return report.held is None and not report.outcomes
