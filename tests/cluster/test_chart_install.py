@@ -16,6 +16,7 @@ it makes land on simulated nodes, which kwok marks Running.
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import NAMESPACE, RELEASE, Installed, installed_platform
+
+from gridloop.health.queues import CONFIGURED
 
 pytestmark = pytest.mark.cluster
 
@@ -94,15 +97,19 @@ def _cluster_queue(local_cluster, name: str = TEAM) -> dict[str, Any]:
     return custom.get_cluster_custom_object(*KUEUE, "clusterqueues", name)
 
 
-def _gpu_quotas(queue: dict[str, Any]) -> dict[str, str]:
-    """flavor -> the queue's nvidia.com/gpu nominalQuota in it."""
+def _quotas(queue: dict[str, Any], name: str) -> dict[str, str]:
+    """flavor -> the queue's nominalQuota of resource `name` in it."""
     quotas = {}
     for group in queue["spec"].get("resourceGroups", []):
         for flavor in group["flavors"]:
             for resource in flavor["resources"]:
-                if resource["name"] == "nvidia.com/gpu":
+                if resource["name"] == name:
                     quotas[flavor["name"]] = str(resource["nominalQuota"])
     return quotas
+
+
+def _gpu_quotas(queue: dict[str, Any]) -> dict[str, str]:
+    return _quotas(queue, "nvidia.com/gpu")
 
 
 def _pool_gpus(fleet: dict[str, Any]) -> dict[str, str]:
@@ -448,12 +455,16 @@ def test_installing_the_same_values_again_changes_nothing(installed: Installed) 
 def test_upgrade_rollback_and_uninstall_keep_crds_namespaces_and_user_objects(
     installed: Installed, local_cluster, eventually
 ) -> None:
+    """The grown pool's ninth node exists only in the values, and the health service runs:
+    Helm raises the queue's quotas in place, and the health service takes Helm's new GPU
+    quota as the configured one but keeps the nominal at the GPUs the pool's nodes have."""
     before = _cluster_queue(local_cluster)
     grown = yaml.safe_load(yaml.safe_dump(installed.fleet))
     site, pool = grown["sites"][0], grown["sites"][0]["pools"][0]
     pool["nodes"] += 1
     flavor = f"{site['name']}-{pool['name']}"
-    old_quota = _gpu_quotas(before)[flavor]
+    old_cpu = int(_quotas(before, "cpu")[flavor])
+    healthy = _gpu_quotas(before)[flavor]
 
     upgraded = installed.install(grown, "grown-fleet-values.yaml")
 
@@ -461,11 +472,30 @@ def test_upgrade_rollback_and_uninstall_keep_crds_namespaces_and_user_objects(
     assert f"revision {installed.revision + 1} deployed" in upgraded.stdout
     after = _cluster_queue(local_cluster)
     assert after["metadata"]["uid"] == before["metadata"]["uid"], "updated in place"
-    assert _gpu_quotas(after)[flavor] == str(pool["nodes"] * pool["gpusPerNode"])
-    assert _gpu_quotas(after)[flavor] != old_quota
+    per_node = old_cpu // (pool["nodes"] - 1)
+    assert _quotas(after, "cpu")[flavor] == str(old_cpu + per_node)
+
+    def configured_by_helm_kept_healthy_by_the_service() -> bool:
+        queue = _cluster_queue(local_cluster)
+        record = json.loads(queue["metadata"].get("annotations", {}).get(CONFIGURED, "{}"))
+        configured = record.get(flavor, {}).get("configured")
+        return configured == pool["nodes"] * pool["gpusPerNode"] and (
+            _gpu_quotas(queue)[flavor] == healthy
+        )
+
+    eventually(
+        configured_by_helm_kept_healthy_by_the_service,
+        f"the health service to keep {flavor} at its {healthy} GPUs, configured by Helm",
+        60,
+    )
 
     first = str(installed.revision)
-    rolled = installed.helm("rollback", RELEASE, first, "--namespace", NAMESPACE, "--wait")
+    back = ("rollback", RELEASE, first, "--namespace", NAMESPACE, "--wait")
+    # the service now owns the GPU quotas (docs/queues.md, Upgrades): Helm must force
+    refused = installed.helm(*back)
+    assert refused.returncode != 0
+    assert 'conflict with "gridloop-health"' in refused.stderr, refused.stderr
+    rolled = installed.helm(*back, "--force-conflicts")
 
     assert rolled.returncode == 0, rolled.stderr
     restored = _cluster_queue(local_cluster)
