@@ -47,7 +47,7 @@ def _quarantine(name: str, **kw) -> Quarantine:
 
 
 def test_quarantine_taints_cordons_records_and_leaves_an_event(local_cluster, gpu_node):
-    [outcome] = Executor(local_cluster.api).apply([_quarantine(gpu_node)])
+    [outcome] = Executor(local_cluster.api, instance="health-7d9f-a").apply([_quarantine(gpu_node)])
 
     assert outcome.applied
     node = _plain(local_cluster, gpu_node)
@@ -62,7 +62,9 @@ def test_quarantine_taints_cordons_records_and_leaves_an_event(local_cluster, gp
     events = local_cluster.core.list_namespaced_event(
         "default", field_selector=f"involvedObject.name={gpu_node},reason=GPUQuarantined"
     ).items
-    assert events and "xid-79" in events[-1].message
+    newest = max(events, key=lambda e: e.first_timestamp)
+    assert "xid-79" in newest.message
+    assert (newest.reporting_component, newest.reporting_instance) == (MANAGER, "health-7d9f-a")
 
     view = node_view(node, "gridloop.io/health-opt-out")
     assert view.record is not None and view.record.faults == FAULTS
@@ -222,7 +224,7 @@ def test_a_patch_is_built_from_the_watch_copy_and_a_stale_copy_is_read_again(
 
 
 def test_events_sent_in_the_background_all_arrive_by_close(local_cluster, gpu_node):
-    sender = EventSender(local_cluster.core, log=lambda _m: None)
+    sender = EventSender(local_cluster.core, log=lambda _m: None, instance="health-7d9f-b")
     executor = Executor(local_cluster.api, events=sender)
 
     [outcome] = executor.apply([_quarantine(gpu_node)])
@@ -232,4 +234,10 @@ def test_events_sent_in_the_background_all_arrive_by_close(local_cluster, gpu_no
     events = local_cluster.core.list_namespaced_event(
         "default", field_selector=f"involvedObject.name={gpu_node},reason=GPUQuarantined"
     ).items
-    assert [e for e in events if "xid-79" in e.message and e.source.component == MANAGER]
+    assert [
+        e
+        for e in events
+        if "xid-79" in e.message
+        and e.source.component == MANAGER
+        and e.reporting_instance == "health-7d9f-b"
+    ]

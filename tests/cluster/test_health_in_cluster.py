@@ -21,100 +21,32 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fleet_reset import fault_free, put_back
-from kubernetes import client
-from platform_install import GRIDLOOP, NAMESPACE, RELEASE, Installed, installed_platform
+from health_pods import (
+    ACCOUNT,
+    NAMESPACE,
+    USER,
+    gpu_quota,
+    health_platform,
+    holder,
+    inject,
+    leader_logs,
+    pods,
+    quarantine_events,
+    tainted,
+)
+from platform_install import Installed
 
-from gridloop.health.observed import TAINT_KEY
-from gridloop.health.policy_loading import load_policy
-from gridloop.health.reading import connect
-from gridloop.health.service import HealthService
-from gridloop.local import building, cluster, launching
+from gridloop.local import building, launching
 
 pytestmark = pytest.mark.cluster
 
-ACCOUNT = f"{RELEASE}-health"
-USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
-LEASE = "gridloop-health"
 IMAGE = "ghcr.io/gridloop/gridloop:0.1.0"
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-TEAM = "default"
-SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=health"
-
-
-def _put_back(local_cluster) -> None:
-    """Faults cleared and every node gridloop quarantined put back as it was."""
-    state = str(local_cluster.state.dir)
-    subprocess.run([GRIDLOOP, "sim", "clear", "--state-dir", state], check=True)
-    put_back(local_cluster.core)
-
-
-def _settle(local_cluster, timeout: float = 90) -> None:
-    """Wait until Prometheus shows a fault-free fleet: earlier modules' faults are cleared,
-    but their last samples may still be read, and a service started now would act on
-    them. A dry-run twin of the service looks, so nothing is acted on."""
-    policy = load_policy(cluster.default_health_policy())
-    prom = connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
-    service = HealthService(local_cluster.api, prom, policy, "default", log=lambda _m: None)
-    deadline = time.monotonic() + timeout
-    while not fault_free(service):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the fleet still shows faults after {timeout:.0f}s")
-        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
 def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
-    _put_back(local_cluster)
-    _settle(local_cluster)
-    try:
-        with installed_platform(local_cluster, tmp_path_factory.mktemp("health-pods")) as done:
-            yield done
-    finally:
-        _put_back(local_cluster)
-
-
-def _leader_logs(local_cluster) -> str:
-    try:
-        holder = _holder(local_cluster)
-        return str(local_cluster.core.read_namespaced_pod_log(holder, NAMESPACE))[-3000:]
-    except client.ApiException as err:
-        return f"(no logs: {err.reason})"
-
-
-def _pods(local_cluster) -> list[client.V1Pod]:
-    return local_cluster.core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items
-
-
-def _holder(local_cluster) -> str:
-    lease = client.CoordinationV1Api(local_cluster.api).read_namespaced_lease(LEASE, NAMESPACE)
-    return str(lease.spec.holder_identity or "")
-
-
-def _inject(local_cluster, node: str) -> None:
-    state = str(local_cluster.state.dir)
-    done = subprocess.run(
-        [GRIDLOOP, "sim", "inject", "--state-dir", state, "--node", node, "--xid", "79"],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-
-
-def _tainted(local_cluster, node: str) -> bool:
-    return any(t.key == TAINT_KEY for t in local_cluster.core.read_node(node).spec.taints or [])
-
-
-def _gpu_quota(local_cluster, flavor: str) -> int:
-    custom = client.CustomObjectsApi(local_cluster.api)
-    queue = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", TEAM)
-    for group in queue["spec"]["resourceGroups"]:
-        for f in group["flavors"]:
-            if f["name"] == flavor:
-                for r in f["resources"]:
-                    if r["name"] == "nvidia.com/gpu":
-                        return int(r["nominalQuota"])
-    raise AssertionError(f"no GPU quota for {flavor} in {queue['spec']}")
+    with health_platform(local_cluster, tmp_path_factory.mktemp("health-pods")) as done:
+        yield done
 
 
 def _audited(local_cluster, since: float) -> list[dict[str, Any]]:
@@ -128,31 +60,23 @@ def _audited(local_cluster, since: float) -> list[dict[str, Any]]:
     return entries
 
 
-def _quarantine_events(local_cluster, node: str, since: float) -> int:
-    """The health service's GPUQuarantined Events about `node` since then."""
-    events = local_cluster.core.list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node},reason=GPUQuarantined"
-    )
-    return sum(e.count or 1 for e in events.items if e.first_timestamp.timestamp() >= since - 1)
-
-
 def test_two_replicas_of_gridloops_image_run_on_the_container_node_and_one_leads(
     platform, local_cluster, eventually
 ) -> None:
-    eventually(lambda: _holder(local_cluster), "a replica to take the Lease", 60)
-    pods = _pods(local_cluster)
+    eventually(lambda: holder(local_cluster), "a replica to take the Lease", 60)
+    replicas = pods(local_cluster)
 
-    assert len(pods) == 2
-    for pod in pods:
+    assert len(replicas) == 2
+    for pod in replicas:
         assert pod.spec.node_name == "system-000"
         assert pod.spec.service_account_name == ACCOUNT
         (container,) = pod.spec.containers
         assert container.image == IMAGE
         (status,) = pod.status.container_statuses
         assert status.ready and status.container_id.startswith("containerd://")
-    assert _holder(local_cluster) in {p.metadata.name for p in pods}
+    assert holder(local_cluster) in {p.metadata.name for p in replicas}
     assert "gridloop-health" not in local_cluster.state.components, "no host-process service"
-    logs = local_cluster.core.read_namespaced_pod_log(pods[0].metadata.name, NAMESPACE)
+    logs = local_cluster.core.read_namespaced_pod_log(replicas[0].metadata.name, NAMESPACE)
     assert "http://kube-prometheus-stack-prometheus.monitoring.svc:9090" in logs
 
 
@@ -202,21 +126,19 @@ def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_a
     platform, local_cluster, eventually
 ) -> None:
     node, flavor = "us-east-h100-005", "us-east-h100"
-    before = _gpu_quota(local_cluster, flavor)
+    before = gpu_quota(local_cluster, flavor)
     since = time.time()
-    assert not _tainted(local_cluster, node), "a clean node to begin with"
+    assert not tainted(local_cluster, node), "a clean node to begin with"
 
-    _inject(local_cluster, node)
+    inject(local_cluster, node)
 
     try:
-        eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined", 90)
+        eventually(lambda: tainted(local_cluster, node), f"{node} quarantined", 90)
         eventually(
-            lambda: _gpu_quota(local_cluster, flavor) == before - 8, "its 8 GPUs out of quota", 90
+            lambda: gpu_quota(local_cluster, flavor) == before - 8, "its 8 GPUs out of quota", 90
         )
     except pytest.fail.Exception as failed:
-        raise AssertionError(
-            f"{failed}\nthe leader's log:\n{_leader_logs(local_cluster)}"
-        ) from None
+        raise AssertionError(f"{failed}\nthe leader's log:\n{leader_logs(local_cluster)}") from None
     # the controller-manager's own controllers (kube-system's accounts) also update the
     # node, e.g. the unschedulable taint once it is cordoned; nobody else touches it
     audited = [
@@ -229,32 +151,30 @@ def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_a
     assert on_node and on_queue, audited
     assert {e["user"]["username"] for e in on_node + on_queue} == {USER}
     assert {e["responseStatus"]["code"] for e in on_node + on_queue} == {200}
-    assert _quarantine_events(local_cluster, node, since) == 1
+    assert quarantine_events(local_cluster, node, since) == 1
 
 
 def test_killing_the_leader_hands_over_with_no_duplicate_or_lost_action(
     platform, local_cluster, eventually
 ) -> None:
-    leader = eventually(lambda: _holder(local_cluster), "a leader", 60)
+    leader = eventually(lambda: holder(local_cluster), "a leader", 60)
     core = local_cluster.core
 
     core.delete_namespaced_pod(leader, NAMESPACE)
 
     follower = eventually(
-        lambda: (h := _holder(local_cluster)) not in ("", leader) and h,
+        lambda: (h := holder(local_cluster)) not in ("", leader) and h,
         "the other replica to take the Lease",
         90,
     )
     node, since = "eu-west-h100-002", time.time()
-    _inject(local_cluster, node)
+    inject(local_cluster, node)
     try:
-        eventually(lambda: _tainted(local_cluster, node), f"{node} quarantined by {follower}", 90)
+        eventually(lambda: tainted(local_cluster, node), f"{node} quarantined by {follower}", 90)
     except pytest.fail.Exception as failed:
-        raise AssertionError(
-            f"{failed}\nthe leader's log:\n{_leader_logs(local_cluster)}"
-        ) from None
+        raise AssertionError(f"{failed}\nthe leader's log:\n{leader_logs(local_cluster)}") from None
     time.sleep(10)  # two more cycles, and the replacement pod is up: nobody acts twice
-    assert _quarantine_events(local_cluster, node, since) == 1
+    assert quarantine_events(local_cluster, node, since) == 1
     logs = core.read_namespaced_pod_log(str(follower), NAMESPACE)
     assert node in logs, logs[-2000:]
-    eventually(lambda: len(_pods(local_cluster)) == 2, "the Deployment to replace the pod", 60)
+    eventually(lambda: len(pods(local_cluster)) == 2, "the Deployment to replace the pod", 60)

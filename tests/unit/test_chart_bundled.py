@@ -207,6 +207,33 @@ def test_changing_the_integrations_restarts_kueue_and_nothing_else_does(
     assert len(before) == len(hashlib.sha256().hexdigest())
 
 
+def _failure_policies(docs: list[Doc]) -> dict[str, str]:
+    return {
+        w["name"]: w["failurePolicy"]
+        for d in docs
+        if d["kind"].endswith("WebhookConfiguration") and d["metadata"]["name"].startswith("kueue-")
+        for w in d["webhooks"]
+    }
+
+
+def test_kueues_webhooks_for_kinds_it_does_not_manage_fail_open(
+    bundled: Path, tmp_path: Path
+) -> None:
+    """Else, while Kueue's pod is down, no pod, Deployment or StatefulSet can be created
+    outside kube-system and kueue-system (tests/cluster/test_health_node_loss.py)."""
+    policies = _failure_policies(render(bundled, tmp_path))
+
+    core = {f"{mv}{kind}.kb.io" for mv in "mv" for kind in ("pod", "deployment", "statefulset")}
+    assert {name: policies[name] for name in core} == dict.fromkeys(core, "Ignore")
+    # what kueue.integrations manages, and Kueue's own kinds, stay fail-closed
+    for name in ("mjob.kb.io", "vjob.kb.io", "vrayjob.kb.io", "vclusterqueue.kb.io"):
+        assert policies[name] == "Fail", name
+
+    managed = _failure_policies(render(bundled, tmp_path, "kueue.integrations={batch/job,pod}"))
+    assert managed["mpod.kb.io"] == managed["vpod.kb.io"] == "Fail"
+    assert managed["mdeployment.kb.io"] == "Ignore"
+
+
 def test_an_integration_kueue_does_not_know_is_refused_naming_the_key(
     bundled: Path, tmp_path: Path
 ) -> None:

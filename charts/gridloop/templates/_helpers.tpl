@@ -176,6 +176,35 @@ nodeSelector keys win). Other documents are passed through as they were.
 {{- end }}
 
 {{- /*
+Kueue's webhooks for pods, Deployments and StatefulSets fail open unless kueue.integrations
+has that kind, as Kueue's own Helm chart renders them. Upstream's manifests make them fail
+closed in every namespace but kube-system and kueue-system: while Kueue's pod is down (its
+node lost, a rollout) no pod, Deployment or StatefulSet could be created anywhere else,
+gridloop's health service and model servers included, though Kueue manages none of them.
+Call with (list $ text): `text` is Kueue's upstream manifests, the other documents verbatim.
+*/ -}}
+{{- define "gridloop.kueueWebhookPolicies" -}}
+{{- $root := index . 0 }}
+{{- $optional := list "pod" "deployment" "statefulset" }}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" (index . 1) -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if and $obj (has (get $obj "kind") (list "MutatingWebhookConfiguration" "ValidatingWebhookConfiguration")) }}
+{{- range $w := $obj.webhooks }}
+{{- $kind := regexReplaceAll "^[mv]([a-z]+)[.]kb[.]io$" $w.name "${1}" }}
+{{- if and (has $kind $optional) (not (has $kind $root.Values.kueue.integrations)) }}
+{{- $_ := set $w "failurePolicy" "Ignore" }}
+{{- end }}
+{{- end }}
+---
+{{ toYaml $obj }}
+{{- else if trim $doc }}
+---
+{{- $doc }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /*
 systemNodes.nodeSelector as JSON, without the labels a later values file set to null
 (Helm keeps a user's null when the chart's defaults do not have the key; here it means
 "drop the label a profile set", e.g. the local profile's on a kwok-only cluster).

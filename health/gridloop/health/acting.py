@@ -67,8 +67,10 @@ class Outcome:
 class EventSender:
     """Node Events sent by a few threads of their own; `close` waits for the last."""
 
-    def __init__(self, core: client.CoreV1Api, log: Callable[[str], None] = print) -> None:
-        self.core, self.log = core, log
+    def __init__(
+        self, core: client.CoreV1Api, log: Callable[[str], None] = print, instance: str = MANAGER
+    ) -> None:
+        self.core, self.log, self.instance = core, log, instance
         self.pool = ThreadPoolExecutor(EVENT_WORKERS, thread_name_prefix="health-events")
 
     def send(self, node: str, reason: str, message: str) -> None:
@@ -76,7 +78,7 @@ class EventSender:
 
     def _send(self, node: str, reason: str, message: str) -> None:
         try:
-            _node_event(self.core, node, reason, message)
+            _node_event(self.core, node, reason, message, self.instance)
         except Exception as err:  # the action itself is done; say so and go on
             self.log(f"event {reason} on {node} not sent: {api_error(err)}")
 
@@ -95,8 +97,10 @@ class Executor:
         on_patched: Callable[[dict[str, Any]], None] = lambda _node: None,
         basis: Callable[[str], dict[str, Any] | None] = lambda _name: None,
         events: EventSender | None = None,
+        instance: str = MANAGER,
     ) -> None:
         self.core = client.CoreV1Api(api)
+        self.instance = instance  # which replica reports the Events it sends itself
         self.dry_run = dry_run
         self.protected = protected_namespaces
         self.clock = clock
@@ -195,12 +199,14 @@ class Executor:
         if self.events is not None:
             self.events.send(node, reason, message)
         else:
-            _node_event(self.core, node, reason, message)
+            _node_event(self.core, node, reason, message, self.instance)
 
 
-def _node_event(core: client.CoreV1Api, node: str, reason: str, message: str) -> None:
+def _node_event(
+    core: client.CoreV1Api, node: str, reason: str, message: str, instance: str
+) -> None:
     ref = client.V1ObjectReference(kind="Node", name=node, uid=node)
-    record_event(core, "default", ref, reason, message, reason == "GPUQuarantined")
+    record_event(core, "default", ref, reason, message, reason == "GPUQuarantined", instance)
 
 
 def record_event(
@@ -210,8 +216,11 @@ def record_event(
     reason: str,
     message: str,
     warning: bool,
+    instance: str = MANAGER,
 ) -> None:
-    """A core/v1 Event from the health service about `about` (a Node, the status ConfigMap)."""
+    """A core/v1 Event from the health service about `about` (a Node, the status ConfigMap),
+    reported by `instance`: the replica's name in the leader Lease, as a controller names
+    its instance (`kubectl get events -o wide` shows it), so who acted can be told."""
     now = dt.datetime.now(dt.UTC)
     core.create_namespaced_event(
         namespace,
@@ -223,7 +232,7 @@ def record_event(
             type="Warning" if warning else "Normal",
             source=client.V1EventSource(component=MANAGER),
             reporting_component=MANAGER,
-            reporting_instance=MANAGER,
+            reporting_instance=instance,
             first_timestamp=now,
             last_timestamp=now,
             count=1,

@@ -138,6 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         nodes=nodes,
         background_events=not args.once,
+        instance=args.identity,
     )
     if args.once:
         report = service.cycle()

@@ -36,10 +36,12 @@ def _reason(action: SetQuota) -> str:
 
 
 class QuotaExecutor:
-    def __init__(self, api: client.ApiClient, dry_run: bool = False) -> None:
+    def __init__(
+        self, api: client.ApiClient, dry_run: bool = False, instance: str = MANAGER
+    ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
-        self.dry_run = dry_run
+        self.dry_run, self.instance = dry_run, instance
 
     def apply(
         self, actions: list[QuotaAction], queues: dict[str, dict[str, Any]]
@@ -93,4 +95,4 @@ class QuotaExecutor:
         ref = client.V1ObjectReference(
             api_version=f"{GROUP}/{VERSION}", kind="ClusterQueue", name=queue
         )
-        record_event(self.core, "default", ref, reason, message, warning)
+        record_event(self.core, "default", ref, reason, message, warning, self.instance)

@@ -18,7 +18,7 @@ from gridloop.errors import one_line
 from gridloop.health.actions import Action
 from gridloop.health.capacity import FlavorCapacity, bad_gpus, capacity
 from gridloop.health.metrics import Metrics
-from gridloop.health.observed import Observed
+from gridloop.health.observed import MANAGER, Observed
 from gridloop.health.policy import Policy
 from gridloop.health.queues import read
 from gridloop.health.quota_acting import QuotaExecutor, QuotaOutcome
@@ -44,10 +44,17 @@ def _change(o: QuotaOutcome) -> str:
 
 
 class Rebalancer:
-    def __init__(self, api: client.ApiClient, policy: Policy, metrics: Metrics, log: Log) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        policy: Policy,
+        metrics: Metrics,
+        log: Log,
+        instance: str = MANAGER,
+    ) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.policy, self.metrics, self.log = policy, metrics, log
-        self.executor = QuotaExecutor(api, dry_run=policy.dry_run)
+        self.executor = QuotaExecutor(api, dry_run=policy.dry_run, instance=instance)
         self._said: frozenset[str] = frozenset()
 
     def cycle(

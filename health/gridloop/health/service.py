@@ -31,7 +31,7 @@ from gridloop.health.actions import Hold, Quarantine, TripBreaker, Warn
 from gridloop.health.leadership import Lease
 from gridloop.health.listing import list_views
 from gridloop.health.metrics import Metrics
-from gridloop.health.observed import Observed
+from gridloop.health.observed import MANAGER, Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
 from gridloop.health.reading import Sample, baseline, read, with_faults
@@ -76,8 +76,10 @@ class HealthService:
         workers: int = WORKERS,
         nodes: NodeCache | None = None,
         background_events: bool = False,
+        instance: str = MANAGER,
     ) -> None:
         self.core = client.CoreV1Api(api)
+        self.instance = instance  # this replica, as its Events report it
         self.prom, self.policy, self.namespace = prom, policy, namespace
         self.queries = queries(policy, exporter_job)
         self.nodes = nodes  # None: list every GPU node each cycle
@@ -88,7 +90,8 @@ class HealthService:
             workers=workers,
             on_patched=nodes.offer if nodes else lambda _node: None,
             basis=nodes.basis if nodes else lambda _name: None,
-            events=EventSender(self.core, log) if background_events else None,
+            events=EventSender(self.core, log, instance) if background_events else None,
+            instance=instance,
         )
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
@@ -104,7 +107,9 @@ class HealthService:
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="health-next")
         self._next: tuple[float, Future[dict[str, list[Sample]] | str]] | None = None
         self.rebalancer = (
-            Rebalancer(api, policy, self.metrics, log) if policy.rebalance_quotas else None
+            Rebalancer(api, policy, self.metrics, log, instance)
+            if policy.rebalance_quotas
+            else None
         )
 
     def observe(self) -> Observed:
@@ -186,6 +191,7 @@ class HealthService:
                     "GPUQuarantineBreakerTripped",
                     f"no new quarantines until `gridloop health reset-breaker`: {after.reason}",
                     warning=True,
+                    instance=self.instance,
                 )
         self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
         # the node watch works between cycles as well: its share is not the cycle's

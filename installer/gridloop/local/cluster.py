@@ -168,6 +168,9 @@ def up(
             f"fleet {fleet.name}: {fleet.node_count} nodes, {fleet.gpu_count} GPUs "
             f"({result.created} created, {result.deleted} removed, {result.kept} kept)"
         )
+        retired = container.retire(api, fleet)
+        if retired:
+            say(f"removed container nodes the fleet no longer has: {', '.join(retired)}")
         ready = simulated_nodes.wait_ready(
             api, fleet.node_count, timeout=60 + fleet.node_count / 25, progress=_every(5.0, say)
         )

@@ -25,7 +25,11 @@ from kubernetes.client.rest import ApiException
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import Fleet
 from gridloop.fleet.host_networks import overlap_problem, read_host_networks
-from gridloop.fleet.nodes import PlannedContainerNode, planned_container_nodes
+from gridloop.fleet.nodes import (
+    CONTAINER_NODE_LABEL,
+    PlannedContainerNode,
+    planned_container_nodes,
+)
 from gridloop.local import certs, flags, processes
 from gridloop.local.container import addons, cgroups, configs, hostnet, kube_chains, sweeping
 from gridloop.local.container.layout import (
@@ -291,6 +295,37 @@ def wait_ready(
         if pending:
             time.sleep(0.5)
     return time.monotonic() - t0
+
+
+def retire(api: client.ApiClient, fleet: Fleet) -> list[str]:
+    """Delete the container Nodes the fleet no longer has (it shrank, or has none now),
+    with the Pods bound to them, and return their names. Call it only while no kubelet of
+    an earlier run is up: their containers went with the node's cgroup when that run
+    stopped, so nothing is left to wait for (on a real cluster, `kubectl delete node` and
+    the pod garbage collector; here the pods go at once)."""
+    core = client.CoreV1Api(api)
+    planned = {p.name for p in planned_container_nodes(fleet)}
+    found = core.list_node(label_selector=f"{CONTAINER_NODE_LABEL}=true").items
+    gone = sorted(n.metadata.name for n in found if n.metadata.name not in planned)
+    for name in gone:
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+        for pod in pods:
+            _ignore_gone(
+                core.delete_namespaced_pod,
+                pod.metadata.name,
+                pod.metadata.namespace,
+                grace_period_seconds=0,
+            )
+        _ignore_gone(core.delete_node, name)
+    return gone
+
+
+def _ignore_gone(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    try:
+        call(*args, **kwargs)
+    except ApiException as err:
+        if err.status != 404:
+            raise ClusterError(f"removing a retired container node: {err.reason}") from err
 
 
 def advertise_address(fleet: Fleet) -> str | None:
