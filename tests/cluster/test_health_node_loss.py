@@ -1,12 +1,13 @@
 """Two container nodes, one health replica on each: losing the leader's node hands the lead
 to the other replica, with no action done twice and none lost.
 
-A node fails in two steps here, as a machine does when its kubelet stops first:
-- its kubelet stops: the pods' containers keep running (on a real cluster too), so the
+A node fails in two steps here, with `gridloop local stop-node` as a user runs it:
+- `--kubelet-only`: the pods' containers keep running (on a real cluster too), so the
   leader keeps leading; the Lease does not move and nobody acts twice;
 - then the rest of the node goes: containerd, the shims and every container of its pods,
   killed through the node's cgroup, as when the machine dies. The other replica takes
   the Lease once it expires, and a fault injected as the node goes is quarantined once.
+Who acted is read from each Event's reportingInstance (the replica's pod name).
 
 This stops the shared cluster (tests/conftest.py) and starts it again with two container
 nodes, so it runs after every other test (the `restarts_cluster` marker); it ends by
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +37,7 @@ from health_pods import (
 )
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from platform_install import Installed
+from platform_install import GRIDLOOP, Installed
 
 from gridloop.local import cluster, processes
 from gridloop.local.container import cgroups
@@ -98,10 +100,15 @@ def _events(local_cluster, node: str, since: float) -> list[client.CoreV1Event]:
     return [e for e in events if e.first_timestamp.timestamp() >= since - 1]
 
 
-def _stop_kubelet(state_dir: Path, node: str) -> None:
-    (kubelet,) = [p for p in load(state_dir).processes if p.name == f"kubelet/{node}"]
-    processes.stop(kubelet)
-    assert not processes.alive(kubelet)
+def _stop_node(state_dir: Path, node: str, *flags: str) -> str:
+    """`gridloop local stop-node`, as a user runs it; what it printed."""
+    done = subprocess.run(
+        [GRIDLOOP, "local", "stop-node", node, *flags, "--state-dir", str(state_dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _ready_on(local_cluster) -> dict[str, str]:
@@ -144,6 +151,16 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
         "a ready health replica on each container node",
         120,
     )
+    unknown = subprocess.run(
+        [GRIDLOOP, "local", "stop-node", "system-007", "--state-dir", str(state.dir)],
+        capture_output=True,
+        text=True,
+    )
+    assert unknown.returncode != 0
+    assert unknown.stderr.strip().splitlines() == [
+        "error: NAME: no container node 'system-007' in this cluster; its nodes: "
+        "system-000, system-001"
+    ]
     leader = str(eventually(lambda: holder(local_cluster), "a replica to take the Lease", 60))
     by_name = _ready_on(local_cluster)
     (follower,) = set(by_name) - {leader}
@@ -152,7 +169,10 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
     transitions = lease(local_cluster).spec.lease_transitions or 0
 
     # 1. the leader's kubelet stops; its containers, the leader's among them, run on
-    _stop_kubelet(state.dir, lost)
+    said = _stop_node(state.dir, lost, "--kubelet-only")
+    assert f"{lost}: kubelet stopped; its containers keep running" in said
+    (kubelet,) = [p for p in load(state.dir).processes if p.name == f"kubelet/{lost}"]
+    assert not processes.alive(kubelet)
     node, first_at = FIRST[0], time.time()
     inject(local_cluster, node)
 
@@ -169,8 +189,9 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
     assert (lease(local_cluster).spec.lease_transitions or 0) == transitions
 
     # 2. the rest of the node goes: containerd, its shims, every container of its pods
-    killed = cgroups.kill_all(NodeLayout.of(state.dir, lost).cgroup)
-    assert killed, f"nothing ran in {lost}'s cgroup"
+    said = _stop_node(state.dir, lost)
+    assert f"{lost}: kubelet was not running; " in said and " processes of containerd" in said
+    assert not cgroups.pids(NodeLayout.of(state.dir, lost).cgroup), "nothing of it runs"
     node, second_at = SECOND[0], time.time()
     inject(local_cluster, node)
 

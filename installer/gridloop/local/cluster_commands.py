@@ -1,4 +1,4 @@
-"""`gridloop local up|down|status|env|fleet`: flags and printing around cluster.py."""
+"""`gridloop local up|down|stop-node|status|env|fleet`: flags and printing around cluster.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import FleetError, dump_fleet, generate_fleet
-from gridloop.local import cluster, kube, paths, processes, simulated_nodes
+from gridloop.local import cluster, flags, kube, paths, processes, simulated_nodes
 from gridloop.local.flags import DEFAULT_BASE_PORT
 from gridloop.local.state import load
 
@@ -62,6 +62,21 @@ def register(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = with_state(verbs.add_parser("down", help="stop every process the cluster started"))
     p.add_argument("--purge", action="store_true", help="also delete the state directory")
     p.set_defaults(func=cmd_down)
+
+    p = with_state(
+        verbs.add_parser(
+            "stop-node",
+            help="make a container node fail: its kubelet, then its containers "
+            "(`local up` brings it back)",
+        )
+    )
+    p.add_argument("name", metavar="NAME", help="a container node, e.g. system-001")
+    p.add_argument(
+        "--kubelet-only",
+        action="store_true",
+        help="stop the kubelet alone: the node's containers keep running",
+    )
+    p.set_defaults(func=cmd_stop_node)
 
     p = with_state(verbs.add_parser("status", help="what runs, where, and how many nodes"))
     p.add_argument("--output", "-o", choices=("text", "json"), default="text")
@@ -129,6 +144,25 @@ def cmd_down(args: argparse.Namespace) -> int:
         raise ClusterError(f"ports still in use after down: {', '.join(map(str, result.busy))}")
     if result.left:
         raise ClusterError(f"the container nodes left behind: {result.left.describe()}")
+    return 0
+
+
+def cmd_stop_node(args: argparse.Namespace) -> int:
+    from gridloop.local.node_stopping import stop_node
+
+    done = stop_node(_state_dir(args), args.name, kubelet_only=args.kubelet_only)
+    kubelet = "kubelet stopped" if done.kubelet else "kubelet was not running"
+    rest = (
+        "its containers keep running"
+        if args.kubelet_only
+        else f"{done.killed} processes of containerd, its shims and its pods killed"
+    )
+    print(f"{args.name}: {kubelet}; {rest}")
+    print(
+        "the Node stays Ready in the API until the controller-manager's grace period "
+        f"({flags.NODE_MONITOR_GRACE}) runs out; `gridloop local up{_state_flag(args)}` "
+        "brings it back"
+    )
     return 0
 
 
