@@ -131,7 +131,8 @@ class Rebalancer:
             assert isinstance(a, SetQuota | CapQuota)
             dry = " (dry-run)" if self.policy.dry_run else ""
             detail = f" ({o.detail})" if o.detail else ""
-            self.log(f"quota {_change(o)} {a.queue}/{a.flavor}{dry}: {a.reason}{detail}")
+            done = f"not {_change(o)} (tried again next cycle)" if o.failed else _change(o)
+            self.log(f"quota {done} {a.queue}/{a.flavor}{dry}: {a.reason}{detail}")
 
     def _say(self, said: set[str]) -> None:
         """Lasting conditions are logged when they start and when they end."""
