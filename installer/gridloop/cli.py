@@ -32,6 +32,29 @@ COMMANDS = {
 }
 
 
+# The extra that brings each optional library (pyproject.toml): the wheel's own
+# dependencies are the health service's only, so gridloop's image stays slim.
+EXTRAS = {
+    "textual": "cli",
+    "rich": "cli",
+    "grafana_foundation_sdk": "cli",
+    "matplotlib": "cli",
+    "cryptography": "local",
+}
+
+
+def missing_extra(err: ModuleNotFoundError, command: str) -> str | None:
+    """The line to say when `command` needs a library of an extra that is not installed."""
+    top = (err.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return (
+        f"gridloop {command} needs the {extra!r} extra ({top} is not installed): "
+        f"pip install 'gridloop[{extra}]'"
+    )
+
+
 def make_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser, or only `command`'s when it is one."""
     parser = argparse.ArgumentParser(
@@ -39,19 +62,37 @@ def make_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="An open GPU platform bundle for Kubernetes.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
-    for module in modules:
-        importlib.import_module(module).register(sub)
+    if command in COMMANDS:
+        importlib.import_module(COMMANDS[command]).register(sub)
+        return parser
+    for module in dict.fromkeys(COMMANDS.values()):
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as err:  # --help still lists it, and what it needs
+            line = missing_extra(err, "")
+            if line is None:
+                raise
+            for name in (c for c, m in COMMANDS.items() if m == module):
+                if name in sub.choices:  # registered before the import that failed
+                    continue
+                sub.add_parser(name, help=f"(not installed: {line.split(' needs ', 1)[1]})")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = make_parser(argv[0] if argv else None)
-    args = parser.parse_args(argv)
+    command = argv[0] if argv else ""
     try:
+        parser = make_parser(command or None)
+        args = parser.parse_args(argv)
         result: int = args.func(args)
         return result
+    except ModuleNotFoundError as err:
+        line = missing_extra(err, command)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     except GridloopError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

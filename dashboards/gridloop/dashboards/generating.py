@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gridloop import resources
 from gridloop.dashboards.catalog import DASHBOARDS, file_name, render
 
 
 def default_dir() -> Path:
-    """charts/gridloop/dashboards/ of the repository this package runs from."""
-    return Path(__file__).resolve().parents[3] / "charts" / "gridloop" / "dashboards"
+    """The chart's dashboards/ (the checkout's, where `gridloop dashboards generate` writes)."""
+    return resources.chart() / "dashboards"
 
 
 def differences(folder: Path) -> list[str]:

@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
+from gridloop import resources
 from gridloop.errors import UsageError
 
-CHART = Path(__file__).resolve().parents[3] / "charts" / "gridloop"
+CHART = resources.chart()
 # no upstream manifests: their files come from `gridloop bundle`, not git
 UPSTREAM_OFF = (
     "kueue.enabled=false",

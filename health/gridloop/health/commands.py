@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from gridloop import resources
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
 from gridloop.health import status
@@ -27,7 +28,7 @@ from gridloop.health.acting import EVENT_WORKERS, WORKERS
 from gridloop.health.policy import Policy
 from gridloop.health.policy_loading import load_policy
 
-DEFAULT_POLICY = Path(__file__).resolve().parents[3] / "policies" / "health.yaml"
+DEFAULT_POLICY = resources.health_policy()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

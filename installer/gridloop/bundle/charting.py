@@ -16,12 +16,13 @@ from pathlib import Path
 
 import yaml
 
+from gridloop import resources
 from gridloop.bundle import manifests
 from gridloop.bundle.sources import COMPONENTS
 from gridloop.errors import BuildError, UsageError
 from gridloop.local import building
 
-REPO_CHART = Path(__file__).resolve().parents[3] / "charts" / "gridloop"
+REPO_CHART = resources.chart()  # the packaged chart, or the checkout's
 
 
 @dataclass(frozen=True)

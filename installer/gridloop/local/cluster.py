@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop import resources
 from gridloop.bundle.sources import source_for
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import Fleet, FleetError, load_fleet, planned_nodes
@@ -64,11 +65,11 @@ FIRST_SCRAPE_TIMEOUT = 30.0  # seconds; the scrape interval is 5 s
 
 
 def default_health_policy() -> Path:
-    return Path(__file__).resolve().parents[3] / "policies" / "health.yaml"
+    return resources.health_policy()
 
 
 def default_fleet_file() -> Path:
-    return Path(__file__).resolve().parents[3] / "examples" / "fleets" / "default.yaml"
+    return resources.default_fleet()
 
 
 def read_fleet(path: Path) -> Fleet:
