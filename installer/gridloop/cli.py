@@ -85,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = make_parser(command or None)
         args = parser.parse_args(argv)
+        from gridloop import toolchain
+
+        toolchain.configure(getattr(args, "helm", None), getattr(args, "kubectl", None))
         result: int = args.func(args)
         return result
     except ModuleNotFoundError as err:

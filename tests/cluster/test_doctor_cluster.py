@@ -50,7 +50,11 @@ def setup(local_cluster, tmp_path_factory: pytest.TempPathFactory) -> Setup:
     fleet = yaml.safe_load((local_cluster.state.dir / "fleet.yaml").read_text())
     values = work / "fleet-values.yaml"
     values.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
-    env = dict(os.environ)
+    # as after `gridloop local env`: the cluster's own kubectl and helm first on PATH
+    # (a kubectl elsewhere on PATH may be too old for this server: doctor would fail it)
+    env = dict(
+        os.environ, PATH=f"{local_cluster.state.dir / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    )
     for key in ("CACHE", "CONFIG", "DATA"):
         env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
     return Setup(bundle.folder, values, env, local_cluster.kubeconfig)
@@ -157,3 +161,66 @@ def test_a_taken_name_fails_doctor_and_stops_install_before_anything_changes(
     assert secrets.items == [], "no release was recorded"
     deployments = client.AppsV1Api(local_cluster.api).list_namespaced_deployment(namespace)
     assert deployments.items == []
+
+
+# --- the user's own helm and kubectl (gridloop.toolchain) ---
+
+
+def _fake(folder: Path, name: str, prints: str) -> Path:
+    """An executable that prints what an old helm or kubectl prints for its version."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\ncat <<'EOF'\n{prints}\nEOF\n")
+    path.chmod(0o755)
+    return path
+
+
+def _nothing_applied(result: subprocess.CompletedProcess[str], local_cluster, release: str):
+    assert "✓ CRDs" not in result.stdout and "✓ components" not in result.stdout
+    records = local_cluster.core.list_secret_for_all_namespaces(
+        label_selector=f"owner=helm,name={release}"
+    ).items
+    assert not records, "no release recorded"
+
+
+def test_the_kubectl_install_would_run_is_checked_against_the_servers_skew_window(
+    setup: Setup, tmp_path: Path, local_cluster
+) -> None:
+    found = _checks(setup.gridloop("doctor", "--release", "doctor-ok", "-o", "json"))
+    assert found["kubectl"]["status"] == "pass", found["kubectl"]
+    old = _fake(tmp_path, "kubectl", '{"clientVersion": {"gitVersion": "v1.28.0"}}')
+
+    result = setup.gridloop("install", "--release", "old-kubectl", "--kubectl", str(old))
+
+    assert result.returncode != 0
+    assert "kubectl v1.28.0 is outside the skew window of the server v1.35.4" in result.stdout
+    _nothing_applied(result, local_cluster, "old-kubectl")
+
+
+@pytest.mark.parametrize(
+    ("flag", "prints", "line"),
+    [
+        ("--helm", "v2.17.0", "is Helm v2.17.0: gridloop needs Helm 3.x or 4.x"),
+        ("--helm", None, ": no such executable"),
+        ("--kubectl", "kubectl: unknown flag --output", "did not give a version"),
+    ],
+)
+def test_a_helm_or_kubectl_gridloop_cannot_use_is_one_line_and_changes_nothing(
+    setup: Setup, tmp_path: Path, flag: str, prints: str | None, line: str, local_cluster
+) -> None:
+    """Helm is needed to render, so a bad one stops install at once (exit 2, usage);
+    kubectl only once the cluster is reached, so doctor fails it (exit 3)."""
+    tool = flag.removeprefix("--")
+    path = tmp_path / "nowhere" / tool if prints is None else _fake(tmp_path, tool, prints)
+
+    result = setup.gridloop("install", "--release", "bad-tool", flag, str(path))
+
+    if tool == "helm":
+        assert result.returncode == 2, result.stdout + result.stderr
+        (said,) = result.stderr.strip().splitlines()
+    else:
+        assert result.returncode == 3, result.stdout + result.stderr
+        (said,) = [x for x in result.stdout.splitlines() if x.strip().startswith("✗")]
+        assert "✗ kubectl" in said
+    assert f"{flag} {path}" in said and line in said, said
+    _nothing_applied(result, local_cluster, "bad-tool")

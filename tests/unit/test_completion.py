@@ -48,8 +48,8 @@ def test_flags_of_the_command_typed_so_far_are_offered() -> None:
     assert complete("install", "--sk") == ["--skip-doctor"]
     assert complete("install", "--profile", "local", "--dry") == ["--dry-run"]
     assert complete("uninstall", "--purge", "--") == [
-        "--context", "--force", "--help", "--kubeconfig", "--namespace", "--purge",
-        "--release", "--timeout", "--yes",
+        "--context", "--force", "--helm", "--help", "--kubeconfig", "--kubectl", "--namespace",
+        "--purge", "--release", "--timeout", "--yes",
     ]  # fmt: skip
     assert complete("local", "up", "--no-") == ["--no-gpu-health", "--no-health-service"]
 

@@ -35,6 +35,7 @@ HEALTHY = Observed(
     crds=frozenset(),
     existing=(),
     namespace_phase="Active",
+    kubectl="v1.35.4",
 )
 LOCAL = Planned(
     release="gridloop",
@@ -241,3 +242,26 @@ def test_summary_counts_each_status_and_json_keeps_the_whole_list() -> None:
     (permissions,) = [c.as_dict() for c in found if c.name == "permissions"]
     assert permissions["status"] == "fail"
     assert permissions["items"] == ["create a", "create b"]
+
+
+@pytest.mark.parametrize("client", ["v1.34.2", "v1.35.4", "v1.36.0"])
+def test_a_kubectl_within_one_minor_of_the_server_passes(client: str) -> None:
+    assert check("kubectl", dataclasses.replace(HEALTHY, kubectl=client)).status is Status.PASS
+
+
+def test_a_kubectl_outside_the_skew_window_fails_naming_both_versions() -> None:
+    found = check("kubectl", dataclasses.replace(HEALTHY, kubectl="v1.28.0"))
+
+    assert found.status is Status.FAIL
+    assert found.detail == (
+        "kubectl v1.28.0 is outside the skew window of the server v1.35.4 "
+        "(one minor version either way)"
+    )
+    assert found.fix == "use a kubectl 1.34 to 1.36 (--kubectl PATH)"
+
+
+def test_no_kubectl_fails_with_the_line_that_says_why() -> None:
+    missing = "kubectl not found on PATH: install kubectl, or pass --kubectl PATH"
+    found = check("kubectl", dataclasses.replace(HEALTHY, kubectl=None, kubectl_problem=missing))
+
+    assert (found.status, found.detail) == (Status.FAIL, missing)

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from gridloop import resources
+from gridloop import resources, toolchain
 from gridloop.bundle import manifests
 from gridloop.bundle.sources import COMPONENTS
 from gridloop.errors import BuildError, UsageError
-from gridloop.local import building
 
 REPO_CHART = resources.chart()  # the packaged chart, or the checkout's
 
@@ -85,7 +84,7 @@ def _bundled_before(chart: Path) -> Callable[[str, list[str]], list[str]]:
 
 def package(folder: Path, destination: Path) -> Path:
     """`helm package` the bundled chart; returns the .tgz."""
-    helm = building.binary("helm")
+    helm = toolchain.helm()
     proc = subprocess.run(
         [str(helm), "package", str(folder), "--destination", str(destination)],
         capture_output=True,

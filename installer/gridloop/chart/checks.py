@@ -35,6 +35,7 @@ def evaluate(observed: Observed, planned: Planned) -> list[Check]:
     """Every check, in the order doctor prints them."""
     checks = [
         kubernetes_version(observed, planned),
+        kubectl_skew(observed),
         permissions(observed),
         gpu_nodes(observed),
         gpu_labels(observed, planned),
@@ -96,6 +97,29 @@ def kubernetes_version(observed: Observed, planned: Planned) -> Check:
             "expect it to work; report what does not",
         )
     return Check(name, Status.PASS, f"{observed.server_version} (supported)")
+
+
+def kubectl_skew(observed: Observed) -> Check:
+    """kubectl is supported within one minor version of the API server (Kubernetes' skew
+    policy); install runs it to apply the CRDs and components server-side."""
+    name = "kubectl"
+    if observed.kubectl is None:
+        if observed.kubectl_problem:
+            return Check(name, Status.FAIL, observed.kubectl_problem, "install needs kubectl")
+        return Check(name, Status.WARN, "not looked up", "")
+    client, server = _version(observed.kubectl), _version(observed.server_version)
+    if client is None or server is None:
+        return Check(name, Status.WARN, f"cannot compare {observed.kubectl} with the server", "")
+    if client[0] != server[0] or abs(client[1] - server[1]) > 1:
+        major, minor = server[:2]
+        return Check(
+            name,
+            Status.FAIL,
+            f"kubectl {observed.kubectl} is outside the skew window of the server "
+            f"{observed.server_version} (one minor version either way)",
+            f"use a kubectl {major}.{minor - 1} to {major}.{minor + 1} (--kubectl PATH)",
+        )
+    return Check(name, Status.PASS, f"{observed.kubectl} (within one minor of the server)")
 
 
 def permissions(observed: Observed) -> Check:

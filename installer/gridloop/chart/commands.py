@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gridloop import toolchain
 from gridloop.bundle import charting
 from gridloop.chart import bundles, connecting, exits, locating, objects, planning, rendering
 from gridloop.chart.connecting import Target
@@ -138,6 +139,14 @@ def release_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--release", default=DEFAULT_RELEASE, help=f"the release name (default {DEFAULT_RELEASE})"
     )
+    p.add_argument(
+        "--helm", metavar="PATH", help="the helm to run, 3.x or 4.x (default: helm on PATH)"
+    )
+    p.add_argument(
+        "--kubectl",
+        metavar="PATH",
+        help="the kubectl to run, within one minor version of the server (default: on PATH)",
+    )
 
 
 def cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -170,6 +179,7 @@ def target(args: argparse.Namespace) -> Target:
         raise UsageError("--context: empty")
     kubeconfig = locating.kubeconfig(args.kubeconfig)
     connecting.check_context(kubeconfig, args.context)
+    toolchain.target(kubeconfig)
     return Target(
         kubeconfig=kubeconfig,
         context=args.context,

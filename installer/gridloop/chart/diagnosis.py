@@ -97,6 +97,9 @@ class Observed:
     release: Release | None = None
     namespace_phase: str | None = None  # Active, Terminating; None: absent
     refused: Mapping[str, str] = field(default_factory=dict)
+    # the kubectl install would run: its version (v1.35.4), or why there is none
+    kubectl: str | None = None
+    kubectl_problem: str = ""
 
 
 # --- what is planned ---

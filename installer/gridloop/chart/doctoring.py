@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop import toolchain
 from gridloop.chart import diagnosis, objects
 from gridloop.chart.checks import GPU
 from gridloop.chart.connecting import get, metadata_list, reached, status_of
 from gridloop.chart.objects import Doc
+from gridloop.errors import UsageError
 
 # what an install and an upgrade do to each object it renders (helm reads, applies, and
 # deletes what a new revision drops); CRDs and Helm's release Secrets on top
@@ -64,8 +66,14 @@ def observe(
         f"/api/v1/namespaces/{planned.namespace}/secrets",
         {"labelSelector": f"owner=helm,name={planned.release}"},
     )
+    try:
+        kubectl, kubectl_problem = toolchain.kubectl_version(), ""
+    except UsageError as err:
+        kubectl, kubectl_problem = None, str(err)
     return diagnosis.Observed(
         server_version=str(version),
+        kubectl=kubectl,
+        kubectl_problem=kubectl_problem,
         denied=denied(api, _needed(docs, resources, planned), refused),
         nodes=None if nodes is None else tuple(_node(n) for n in nodes),
         runtime_classes=None

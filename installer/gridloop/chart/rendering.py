@@ -14,11 +14,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from gridloop import toolchain
 from gridloop.bundle import charting
 from gridloop.chart import locating, messages
 from gridloop.chart.values import Layer, fleet_problem
 from gridloop.errors import UsageError
-from gridloop.local import building
 
 HELM_TIMEOUT = 120.0  # seconds; rendering the bundle takes about one
 
@@ -67,7 +67,7 @@ def check_values(request: Request) -> None:
 def render(request: Request) -> Rendered:
     """The whole rendering, CRDs included; bad values are a UsageError of one line."""
     check_values(request)
-    cmd = [str(building.binary("helm")), "template", request.release, str(request.chart)]
+    cmd = [str(toolchain.helm()), "template", request.release, str(request.chart)]
     cmd += ["--namespace", request.namespace, "--include-crds", *request.values_args()]
     env = {**os.environ, "KUBECONFIG": os.devnull}
     try:

@@ -1,0 +1,132 @@
+"""helm and kubectl for the commands that act on a cluster: the user's own.
+
+`--helm PATH` / `--kubectl PATH` win; then, when the target is a `gridloop local`
+cluster, that cluster's own (`<state>/bin`: they match its server); else the one on PATH;
+else, only if `gridloop local` built one (its build cache), that one. Nothing here builds
+anything or needs Go: on a user's machine the tools are theirs. Each is checked once per
+run: Helm must be 3.x or 4.x; kubectl must say its version, and doctor checks it against
+the server's skew window (`kubectl_skew` in chart/checks.py). Failures are one line
+naming the flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from gridloop.errors import UsageError
+
+HELM_MAJORS = (3, 4)
+_chosen: dict[str, str] = {}
+_local_bin: list[Path] = []  # the target local cluster's bin/, when it is one
+
+
+def configure(helm: str | os.PathLike[str] | None, kubectl: str | os.PathLike[str] | None) -> None:
+    """The --helm and --kubectl flags, once per run (cli.py)."""
+    _chosen.clear()
+    _local_bin.clear()
+    for name, value in (("helm", helm), ("kubectl", kubectl)):
+        if value is not None:
+            _chosen[name] = str(value)
+    _find.cache_clear()
+
+
+def target(kubeconfig: str) -> None:
+    """The command acts on the cluster of `kubeconfig`: if that is a `gridloop local`
+    cluster's (its state directory: state.json and bin/ beside it), its tools come next
+    after the flags."""
+    folder = Path(kubeconfig).parent
+    single = len(kubeconfig.split(os.pathsep)) == 1
+    if single and (folder / "state.json").is_file() and (folder / "bin").is_dir():
+        _local_bin[:] = [folder / "bin"]
+        _find.cache_clear()
+
+
+def helm() -> Path:
+    path, _ = _find("helm")
+    return path
+
+
+def kubectl() -> Path:
+    path, _ = _find("kubectl")
+    return path
+
+
+def kubectl_version() -> str:
+    """The client's gitVersion, e.g. v1.35.4."""
+    _, version = _find("kubectl")
+    return version
+
+
+def version_of(text: str) -> tuple[int, int] | None:
+    found = re.match(r"^v?(\d+)\.(\d+)", text.strip())
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+@cache
+def _find(name: str) -> tuple[Path, str]:
+    explicit = _chosen.get(name)
+    if explicit is not None:
+        path = shutil.which(explicit)
+        if path is None:
+            raise UsageError(f"--{name} {explicit}: no such executable")
+        return _checked(name, Path(path), f"--{name} {explicit}")
+    for folder in _local_bin:
+        if (folder / name).is_file():
+            return _checked(name, folder / name, f"{name} of the local cluster ({folder})")
+    on_path = shutil.which(name)
+    if on_path is not None:
+        return _checked(name, Path(on_path), f"{name} on PATH ({on_path})")
+    built = _built(name)
+    if built is not None:
+        return _checked(name, built, f"{name} of gridloop local ({built})")
+    need = "Helm 3.x or 4.x" if name == "helm" else "kubectl"
+    raise UsageError(f"{name} not found on PATH: install {need}, or pass --{name} PATH")
+
+
+def _built(name: str) -> Path | None:
+    """The local cluster's own build, only if it is there (never built from here)."""
+    try:
+        from gridloop.local import building
+    except ImportError:  # a wheel without the local extra's libraries
+        return None
+    try:
+        return building.binary(name)
+    except Exception:  # not built, or no recipe
+        return None
+
+
+def _checked(name: str, path: Path, where: str) -> tuple[Path, str]:
+    if name == "helm":
+        args = ["version", "--template", "{{.Version}}"]
+    else:
+        args = ["version", "--client", "--output", "json"]
+    try:
+        done = subprocess.run(
+            [str(path), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError as err:
+        raise UsageError(f"{where}: cannot run it: {err.strerror}") from err
+    out = done.stdout.strip()
+    if name == "kubectl":
+        try:
+            out = str(json.loads(out)["clientVersion"]["gitVersion"])
+        except (ValueError, KeyError, TypeError):
+            out = ""
+    parsed = version_of(out)
+    if done.returncode != 0 or parsed is None:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise UsageError(
+            f"{where}: `{name} {' '.join(args[:1])}` did not give a version"
+            + (f": {said[-1]}" if said else "")
+        )
+    if name == "helm" and parsed[0] not in HELM_MAJORS:
+        raise UsageError(
+            f"{where} is Helm {out}: gridloop needs Helm 3.x or 4.x (--helm PATH for another)"
+        )
+    return path, out
