@@ -6,7 +6,11 @@ import re
 import socket
 import time
 
-from gridloop.health.observed import NodeView
+import pytest
+
+from gridloop.health.actions import Hold
+from gridloop.health.observed import Breaker, NodeView, Observed
+from gridloop.health.plan import plan
 from gridloop.health.policy import Policy, Signals
 from gridloop.health.reading import baseline, connect, read, with_faults
 from gridloop.health.signals import BACKGROUND_FAMILIES, SLOW_FAMILIES, queries
@@ -111,7 +115,7 @@ def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifyin
         if family not in whole_fleet:
             assert promql.endswith(("> 0", "!= 0")), family
     assert q["present"] == (
-        "max by (UUID, gpu, Hostname, hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
+        "max by (UUID, gpu, node, Hostname, hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
     )
 
 
@@ -161,3 +165,95 @@ def test_an_outage_reads_the_same_every_cycle_so_it_is_logged_once():
 
     assert first == second
     assert "?query=" not in str(first)
+
+
+# --- which node a series is about: dcgm-exporter's label shapes on a real cluster ---
+
+GPU_NODES = {n: NodeView(n, "us-east/h100", 2) for n in ("gpu-node-1", "gpu-node-2")}
+
+
+def _two_gpus(**host: str) -> list[dict]:
+    """The presence answer of one exporter: two GPUs, its host labels on each."""
+    return [
+        series(NOW - 1.0, UUID=f"GPU-{next(iter(host.values()))}-{i}", gpu=str(i), **host)
+        for i in range(2)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("shape", "labels"),
+    [
+        # the scrape's `node` (the chart's ServiceMonitor relabels it from the pod's node);
+        # dcgm-exporter without NODE_NAME says its pod's name in Hostname
+        (
+            "node, and Hostname a pod name",
+            {"node": "gpu-node-1", "Hostname": "dcgm-exporter-7xk2p"},
+        ),
+        ("Hostname a node (NODE_NAME set)", {"Hostname": "gpu-node-1"}),
+        ("hostname only (dcgm-exporter 4.x)", {"hostname": "gpu-node-1"}),
+        ("both spellings", {"Hostname": "gpu-node-1", "hostname": "gpu-node-1"}),
+    ],
+)
+def test_each_label_shape_of_a_real_exporter_is_attributed_to_its_node(
+    shape: str, labels: dict[str, str]
+) -> None:
+    results = {
+        "present": _two_gpus(**labels),
+        "xid": [series(79, UUID=f"GPU-{next(iter(labels.values()))}-1", **labels)],
+        "up": [series(1, node="gpu-node-1")],
+    }
+
+    obs = observed(results, GPU_NODES)
+
+    assert set(obs.gpus) == {"gpu-node-1"}, shape
+    assert [g.xid for g in obs.gpus["gpu-node-1"].values()] == [0, 79], shape
+    assert obs.unmatched == ()
+
+
+def test_pod_named_series_without_the_scrapes_node_label_match_no_node_and_hold() -> None:
+    results = {
+        "present": _two_gpus(Hostname="dcgm-exporter-7xk2p") + _two_gpus(Hostname="gpu-node-2"),
+        "up": [series(1, node="gpu-node-1"), series(1, node="gpu-node-2")],
+    }
+
+    obs = observed(results, GPU_NODES)
+    actions = plan(obs, Policy(), Breaker(), NOW)
+
+    assert obs.unmatched == ("dcgm-exporter-7xk2p",)
+    assert set(obs.gpus) == {"gpu-node-2"}
+    assert actions == [
+        Hold(
+            "GPU series name hosts that are no node (dcgm-exporter-7xk2p) while 1 GPU nodes "
+            "with a running exporter report no GPU: the exporter's host label is not the "
+            "node's name; relabel `node` from the pod's node in the scrape, or run "
+            "dcgm-exporter with NODE_NAME from spec.nodeName"
+        )
+    ]
+
+
+def test_keyed_by_the_exporters_own_host_label_alone_healthy_nodes_would_be_quarantined() -> None:
+    """What reading did before: a GPU's node was its Hostname, which is the pod's name on a
+    real cluster when dcgm-exporter runs without NODE_NAME. With one exporter so and one
+    with NODE_NAME, the first node's GPUs all looked vanished while its exporter was up."""
+    results = {
+        "present": _two_gpus(node="gpu-node-1", Hostname="dcgm-exporter-7xk2p")
+        + _two_gpus(node="gpu-node-2", Hostname="gpu-node-2"),
+        "up": [series(1, node="gpu-node-1"), series(1, node="gpu-node-2")],
+    }
+    new = observed(results, GPU_NODES)
+    # the same answers as the Hostname-keyed reading read them: "dcgm-exporter-7xk2p" is no
+    # node, so its series were dropped and gpu-node-1 reported no GPU
+    old = Observed(
+        nodes=GPU_NODES,
+        gpus={"gpu-node-2": new.gpus["gpu-node-2"]},
+        exporter_up=new.exporter_up,
+        newest_sample_age_s=new.newest_sample_age_s,
+    )
+
+    before = plan(old, Policy(), Breaker(), NOW)
+    after = plan(new, Policy(), Breaker(), NOW)
+
+    assert [(type(a).__name__, getattr(a, "node", "")) for a in before] == [
+        ("Quarantine", "gpu-node-1")
+    ]
+    assert after == [] and set(new.gpus) == set(GPU_NODES)

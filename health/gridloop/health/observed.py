@@ -73,6 +73,8 @@ class Observed:
     exporter_up: dict[str, bool] = field(default_factory=dict)
     newest_sample_age_s: float | None = None  # None: Prometheus returned nothing at all
     prometheus_error: str | None = None
+    # the host labels of GPU series that name no known node (reading.resolve)
+    unmatched: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

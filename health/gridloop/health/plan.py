@@ -114,6 +114,9 @@ def limit(max_nodes: int, max_percent: float, size: int) -> int:
 def plan(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> list[Action]:
     if observed.prometheus_error:
         return [Hold(f"cannot read Prometheus: {observed.prometheus_error}")]
+    unmatched = _unmatched(observed)
+    if unmatched:
+        return [Hold(unmatched)]
     if observed.newest_sample_age_s is None or not any(observed.gpus.values()):
         return [Hold("no DCGM samples for the whole fleet")]
     if observed.newest_sample_age_s > policy.stale_after_s:
@@ -143,6 +146,29 @@ def plan(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> li
     candidates.sort(key=lambda c: (_severity(c[1]), c[0].name))
     actions += _admit(candidates, observed, policy, breaker, now)
     return actions
+
+
+def _unmatched(observed: Observed) -> str | None:
+    """Why not to act when GPU series name hosts that are no node while nodes whose
+    exporter is up report no GPU: their GPUs would look vanished, and healthy nodes be
+    quarantined up to the breaker's limit. None when nothing is amiss."""
+    if not observed.unmatched:
+        return None
+    silent = [
+        name
+        for name, node in observed.nodes.items()
+        if not node.opted_out and observed.exporter_up.get(name) and not observed.gpus.get(name)
+    ]
+    if not silent:
+        return None  # e.g. a deleted node's series, until Prometheus lets them go
+    hosts = ", ".join(observed.unmatched[:3])
+    more = f" (+{len(observed.unmatched) - 3} more)" if len(observed.unmatched) > 3 else ""
+    return (
+        f"GPU series name hosts that are no node ({hosts}{more}) while {len(silent)} GPU "
+        "nodes with a running exporter report no GPU: the exporter's host label is not the "
+        "node's name; relabel `node` from the pod's node in the scrape, or run "
+        "dcgm-exporter with NODE_NAME from spec.nodeName"
+    )
 
 
 def _ours(node: NodeView, faults: frozenset[str], policy: Policy, now: float) -> list[Action]:

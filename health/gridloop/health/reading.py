@@ -3,7 +3,9 @@
 `baseline` digests what is read once per scrape interval; `with_faults` lays a
 cycle's fault samples over it for the NodeViews from the API server. Neither
 raises on odd data (a series without a host label is ignored, a non-numeric
-value reads as 0). `read` is the only
+value reads as 0). A series is about the node `resolve` finds for its labels; the
+GPU series that name no known node are counted in `Observed.unmatched`, and plan()
+holds while they could make healthy nodes look as if their GPUs had vanished. `read` is the only
 function here that talks to Prometheus: any failure becomes
 `prometheus_error`, which plan() turns into a Hold.
 """
@@ -13,17 +15,17 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
-from gridloop.health.signals import HOST_LABELS, NVLINK_FAMILIES
+from gridloop.health.signals import HOST_KEYS, HOST_LABELS, NVLINK_FAMILIES
 
 Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
 
@@ -39,6 +41,8 @@ _FIELDS = {
     "pcie": ("pcie_replay_rate", float),
 }
 UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
+HostKey = tuple[str, ...]  # a series' node, Hostname and hostname labels ("" if absent)
+K = TypeVar("K", HostKey, str)  # what GPUs are keyed by: a HostKey, or a node once resolved
 
 
 def _value(sample: Sample) -> float:
@@ -49,8 +53,23 @@ def _value(sample: Sample) -> float:
     return 0.0 if math.isnan(v) else v
 
 
-def _host(labels: dict[str, str], keys: tuple[str, ...] = HOST_LABELS) -> str | None:
+def _host(labels: dict[str, str], keys: tuple[str, ...] = HOST_KEYS) -> str | None:
     return next((labels[k] for k in keys if labels.get(k)), None)
+
+
+def host_key(labels: dict[str, str]) -> HostKey | None:
+    key = tuple(labels.get(k) or "" for k in HOST_KEYS)
+    return key if any(key) else None
+
+
+def resolve(key: HostKey, known: Container[str]) -> str | None:
+    """The node a series is about: its `node` label (the scrape's, from the exporter
+    pod's node) when it has one, else `Hostname` or `hostname` when that names a known
+    node; None when nothing does (an exporter without NODE_NAME names its pod)."""
+    node, *hosts = key
+    if node:
+        return node if node in known else None
+    return next((h for h in hosts if h and h in known), None)
 
 
 @dataclass(frozen=True)
@@ -60,19 +79,19 @@ class Baseline:
     newest presence sample. Built once per background read (in its thread), so a cycle
     only lays its own few fault samples over it."""
 
-    gpus: dict[str, dict[str, GpuReading]] = field(default_factory=dict)
+    gpus: dict[HostKey, dict[str, GpuReading]] = field(default_factory=dict)
     exporter_up: dict[str, bool] = field(default_factory=dict)
-    newest: dict[str, float] = field(default_factory=dict)  # host -> newest sample's time
+    newest: dict[HostKey, float] = field(default_factory=dict)  # newest sample's time
     evaluated_at: float | None = None  # when Prometheus evaluated the presence query
 
 
 def baseline(results: dict[str, list[Sample]]) -> Baseline:
-    gpus: dict[str, dict[str, GpuReading]] = {}
-    newest: dict[str, float] = {}
+    gpus: dict[HostKey, dict[str, GpuReading]] = {}
+    newest: dict[HostKey, float] = {}
     evaluated_at = None
     for sample in results.get("present", []):
         labels = sample.get("metric", {})
-        host, uuid = _host(labels), labels.get("UUID")
+        host, uuid = host_key(labels), labels.get("UUID")
         if host and uuid:
             gpus.setdefault(host, {})[uuid] = GpuReading(uuid=uuid, index=labels.get("gpu", ""))
             try:
@@ -80,22 +99,27 @@ def baseline(results: dict[str, list[Sample]]) -> Baseline:
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
             evaluated_at, newest[host] = at, max(ts, newest.get(host, -math.inf))
-    _apply(gpus, results)
+    _apply(gpus, results, host_key)
     exporter_up: dict[str, bool] = {}
     for sample in results.get("up", []):
-        host = _host(sample.get("metric", {}), UP_NODE_LABELS)
-        if host:
-            exporter_up[host] = exporter_up.get(host, False) or _value(sample) == 1.0
+        target = _host(sample.get("metric", {}), UP_NODE_LABELS)
+        if target:
+            exporter_up[target] = exporter_up.get(target, False) or _value(sample) == 1.0
     return Baseline(gpus, exporter_up, newest, evaluated_at)
 
 
-def _apply(gpus: dict[str, dict[str, GpuReading]], results: dict[str, list[Sample]]) -> None:
-    """Each family's values onto the GPUs they name (known GPUs only), in place."""
+def _apply(
+    gpus: dict[K, dict[str, GpuReading]],
+    results: dict[str, list[Sample]],
+    key_of: Callable[[dict[str, str]], K | None],
+) -> None:
+    """Each family's values onto the GPUs they name (known GPUs only), in place; a
+    sample's labels give its key in `gpus` through `key_of`."""
     for family, (field_name, kind) in _FIELDS.items():
-        for host, uuid, reading, value in _readings(results.get(family, []), gpus):
+        for host, uuid, reading, value in _readings(results.get(family, []), gpus, key_of):
             gpus[host][uuid] = replace(reading, **{field_name: kind(value)})
     for family in sorted(NVLINK_FAMILIES):  # one answer per counter: their rates add up
-        for host, uuid, reading, value in _readings(results.get(family, []), gpus):
+        for host, uuid, reading, value in _readings(results.get(family, []), gpus, key_of):
             rate = reading.nvlink_error_rate + value
             gpus[host][uuid] = replace(reading, nvlink_error_rate=rate)
 
@@ -111,30 +135,53 @@ def with_faults(
     `now`: the wall-clock time the newest sample's age is counted to (the baseline may be
     older than this cycle); by default, the baseline's own evaluation time.
     """
-    gpus = {host: readings for host, readings in base.gpus.items() if host in nodes}
-    touched = {_host(s.get("metric", {})) or "" for answer in results.values() for s in answer}
-    for host in touched & gpus.keys():  # the baseline is shared: copy what changes
-        gpus[host] = dict(gpus[host])
-    _apply(gpus, results)
-    newest = max((t for host, t in base.newest.items() if host in nodes), default=None)
+    gpus: dict[str, dict[str, GpuReading]] = {}
+    unmatched: list[str] = []
+    newest = None
+    for key, readings in base.gpus.items():
+        node = resolve(key, nodes)
+        if node is None:
+            unmatched.append(next(k for k in key if k))
+            continue
+        # two keys for one node (a label added on a rollout): one set of GPUs
+        gpus[node] = {**gpus[node], **readings} if node in gpus else readings
+        stamp = base.newest.get(key)
+        if stamp is not None:
+            newest = stamp if newest is None else max(newest, stamp)
+
+    def node_of(labels: dict[str, str]) -> str | None:
+        key = host_key(labels)
+        return None if key is None else resolve(key, nodes)
+
+    touched = {
+        n for answer in results.values() for s in answer if (n := node_of(s.get("metric", {})))
+    }
+    for node in touched & gpus.keys():  # the baseline is shared: copy what changes
+        gpus[node] = dict(gpus[node])
+    _apply(gpus, results, node_of)
     at = base.evaluated_at if now is None else now
     return Observed(
         nodes=nodes,
         gpus=gpus,
         exporter_up={host: up for host, up in base.exporter_up.items() if host in nodes},
         newest_sample_age_s=None if newest is None or at is None else max(0.0, at - newest),
+        unmatched=tuple(sorted(set(unmatched))),
     )
 
 
 def _readings(
-    samples: list[Sample], gpus: dict[str, dict[str, GpuReading]]
-) -> Iterator[tuple[str, str, GpuReading, float]]:
-    """(host, uuid, the GPU's reading so far, the sample's value) for each known GPU."""
+    samples: list[Sample],
+    gpus: dict[K, dict[str, GpuReading]],
+    key_of: Callable[[dict[str, str]], K | None],
+) -> Iterator[tuple[K, str, GpuReading, float]]:
+    """(key, uuid, the GPU's reading so far, the sample's value) for each known GPU."""
     for sample in samples:
         labels = sample.get("metric", {})
-        host, uuid = _host(labels), labels.get("UUID")
-        reading = gpus.get(host or "", {}).get(uuid or "")
-        if reading is not None and host and uuid:
+        host, uuid = key_of(labels), labels.get("UUID")
+        if host is None or not uuid:
+            continue
+        reading = gpus.get(host, {}).get(uuid)
+        if reading is not None:
             yield host, uuid, reading, _value(sample)
 
 

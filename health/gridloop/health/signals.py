@@ -1,9 +1,11 @@
 """The PromQL the health service sends: one query per signal family, whole fleet.
 
 Never one query per node: a cycle over 5,000 nodes costs the same dozen
-queries as a cycle over 5. Series are mapped to nodes by the exporter's host
-label (`Hostname` in dcgm-exporter up to 3.x, `hostname` later) and to GPUs
-by `UUID`.
+queries as a cycle over 5. Series are mapped to nodes by `node`, the label the
+scrape attaches from the exporter pod's node (the chart's ServiceMonitor relabels
+it), else by the exporter's own host label (`Hostname`, or `hostname`) when that
+names a node; on a real cluster that label is the pod's name unless the exporter
+runs with NODE_NAME (reading.resolve). GPUs are keyed by `UUID`.
 
 Only what can matter comes back: the fault families are filtered to non-zero
 values in PromQL (a missing series reads as 0, so the answer means the same),
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 from gridloop.health.policy import Policy
 
-HOST_LABELS = ("Hostname", "hostname")
+NODE_LABEL = "node"  # attached by the scrape (relabeled from the pod's node)
+HOST_LABELS = ("Hostname", "hostname")  # dcgm-exporter's own: the pod's name without NODE_NAME
+HOST_KEYS = (NODE_LABEL, *HOST_LABELS)  # what a series may say its node is, in that order
 # Asked every cycle, at the moment of asking: the fault events, a new XID code and a fresh
 # ECC double-bit increase, filtered to non-zero, so each answer is small. A fault's latency
 # is one of these reads. Each query costs Prometheus a pass over every GPU's series (about
@@ -37,7 +41,7 @@ SLOW_FAMILIES = frozenset({"xid_repeats", "thermal", "power", "pcie", *NVLINK_FA
 STATE_FAMILIES = frozenset({"row_remap_pending", "row_remap_failure", "retired_pending"})
 PRESENCE_FAMILIES = frozenset({"up", "present"})
 BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES
-GPU_KEYS = ("UUID", "gpu", *HOST_LABELS)  # what identifies one GPU's series
+GPU_KEYS = ("UUID", "gpu", *HOST_KEYS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
 
 

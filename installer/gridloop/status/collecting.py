@@ -30,7 +30,7 @@ from gridloop.health import breaker as breakers
 from gridloop.health import reading
 from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_BY, REASON
 from gridloop.health.queues import CONFIGURED, MANUAL
-from gridloop.health.signals import HOST_LABELS, PRESENCE
+from gridloop.health.signals import HOST_KEYS, PRESENCE
 from gridloop.health.status import NAME as STATUS_CONFIGMAP
 from gridloop.status.snapshot import (
     Breaker,
@@ -400,7 +400,7 @@ class Collector:
     ) -> tuple[dict[str, int], dict[str, bool]] | None:
         if self.prom is None:
             return None
-        keys = ", ".join(HOST_LABELS)
+        keys = ", ".join(HOST_KEYS)  # the scrape's node first (health's reading.resolve)
         answers = reading.read(
             self.prom,
             {
@@ -414,7 +414,7 @@ class Collector:
         reporting: dict[str, int] = {}
         for sample in answers.get("present", []):
             labels = sample.get("metric", {})
-            host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
+            host = next((labels[k] for k in HOST_KEYS if labels.get(k)), None)
             if host:
                 reporting[host] = reporting.get(host, 0) + int(float(sample["value"][1]))
         up = reading.baseline({"up": answers.get("up", [])}).exporter_up
