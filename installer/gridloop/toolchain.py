@@ -1,7 +1,8 @@
 """helm and kubectl for the commands that act on a cluster: the user's own.
 
-`--helm PATH` / `--kubectl PATH` win; then, when the target is a `gridloop local`
-cluster, that cluster's own (`<state>/bin`: they match its server); else the one on PATH;
+`--helm PATH` / `--kubectl PATH` win; then, when the kubeconfig a call names is a
+`gridloop local` cluster's, that cluster's own (`<state>/bin`: they match its server);
+else the one on PATH;
 else, only if `gridloop local` built one (its build cache), that one. Nothing here builds
 anything or needs Go: on a user's machine the tools are theirs. Each is checked once per
 run: Helm must be 3.x or 4.x; kubectl must say its version, and doctor checks it against
@@ -23,43 +24,41 @@ from gridloop.errors import UsageError
 
 HELM_MAJORS = (3, 4)
 _chosen: dict[str, str] = {}
-_local_bin: list[Path] = []  # the target local cluster's bin/, when it is one
 
 
 def configure(helm: str | os.PathLike[str] | None, kubectl: str | os.PathLike[str] | None) -> None:
     """The --helm and --kubectl flags, once per run (cli.py)."""
     _chosen.clear()
-    _local_bin.clear()
     for name, value in (("helm", helm), ("kubectl", kubectl)):
         if value is not None:
             _chosen[name] = str(value)
     _find.cache_clear()
 
 
-def target(kubeconfig: str) -> None:
-    """The command acts on the cluster of `kubeconfig`: if that is a `gridloop local`
-    cluster's (its state directory: state.json and bin/ beside it), its tools come next
-    after the flags."""
+def local_bin(kubeconfig: str | None) -> Path | None:
+    """`<state>/bin` when `kubeconfig` is a `gridloop local` cluster's (its state
+    directory: state.json and bin/ beside it); None for any other cluster."""
+    if not kubeconfig or len(kubeconfig.split(os.pathsep)) != 1:
+        return None
     folder = Path(kubeconfig).parent
-    single = len(kubeconfig.split(os.pathsep)) == 1
-    if single and (folder / "state.json").is_file() and (folder / "bin").is_dir():
-        _local_bin[:] = [folder / "bin"]
-        _find.cache_clear()
+    found = (folder / "state.json").is_file() and (folder / "bin").is_dir()
+    return folder / "bin" if found else None
 
 
-def helm() -> Path:
-    path, _ = _find("helm")
+def helm(kubeconfig: str | None = None) -> Path:
+    """The helm to run against the cluster of `kubeconfig` (None: no cluster)."""
+    path, _ = _find("helm", local_bin(kubeconfig))
     return path
 
 
-def kubectl() -> Path:
-    path, _ = _find("kubectl")
+def kubectl(kubeconfig: str | None = None) -> Path:
+    path, _ = _find("kubectl", local_bin(kubeconfig))
     return path
 
 
-def kubectl_version() -> str:
+def kubectl_version(kubeconfig: str | None = None) -> str:
     """The client's gitVersion, e.g. v1.35.4."""
-    _, version = _find("kubectl")
+    _, version = _find("kubectl", local_bin(kubeconfig))
     return version
 
 
@@ -69,16 +68,15 @@ def version_of(text: str) -> tuple[int, int] | None:
 
 
 @cache
-def _find(name: str) -> tuple[Path, str]:
+def _find(name: str, local: Path | None) -> tuple[Path, str]:
     explicit = _chosen.get(name)
     if explicit is not None:
         path = shutil.which(explicit)
         if path is None:
             raise UsageError(f"--{name} {explicit}: no such executable")
         return _checked(name, Path(path), f"--{name} {explicit}")
-    for folder in _local_bin:
-        if (folder / name).is_file():
-            return _checked(name, folder / name, f"{name} of the local cluster ({folder})")
+    if local is not None and (local / name).is_file():
+        return _checked(name, local / name, f"{name} of the local cluster ({local})")
     on_path = shutil.which(name)
     if on_path is not None:
         return _checked(name, Path(on_path), f"{name} on PATH ({on_path})")

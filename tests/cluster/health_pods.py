@@ -114,9 +114,15 @@ def gpu_quota(local_cluster, flavor: str) -> int:
     raise AssertionError(f"no GPU quota for {flavor} in {queue['spec']}")
 
 
-def quarantine_events(local_cluster, node: str, since: float) -> int:
-    """The health service's GPUQuarantined Events about `node` since then."""
+def quarantine_event_list(local_cluster, node: str, since: float) -> list[client.CoreV1Event]:
+    """The health service's GPUQuarantined Events about `node` since then (each says which
+    replica reported it)."""
     events = local_cluster.core.list_namespaced_event(
         "default", field_selector=f"involvedObject.name={node},reason=GPUQuarantined"
-    )
-    return sum(e.count or 1 for e in events.items if e.first_timestamp.timestamp() >= since - 1)
+    ).items
+    return [e for e in events if e.first_timestamp.timestamp() >= since - 1]
+
+
+def quarantine_events(local_cluster, node: str, since: float) -> int:
+    """How many GPUQuarantined Events about `node` since then."""
+    return sum(e.count or 1 for e in quarantine_event_list(local_cluster, node, since))

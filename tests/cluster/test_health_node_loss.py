@@ -33,9 +33,9 @@ from health_pods import (
     inject,
     lease,
     pods,
+    quarantine_event_list,
     tainted,
 )
-from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import GRIDLOOP, Installed
 
@@ -90,14 +90,6 @@ def one_node_fleet(local_cluster, tmp_path_factory) -> Iterator[Path]:
 def platform(one_node_fleet, local_cluster, tmp_path_factory) -> Iterator[Installed]:
     with health_platform(local_cluster, tmp_path_factory.mktemp("node-loss-pods")) as done:
         yield done
-
-
-def _events(local_cluster, node: str, since: float) -> list[client.CoreV1Event]:
-    """The GPUQuarantined Events about `node` since then (each says who reported it)."""
-    events = local_cluster.core.list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node},reason=GPUQuarantined"
-    ).items
-    return [e for e in events if e.first_timestamp.timestamp() >= since - 1]
 
 
 def _stop_node(state_dir: Path, node: str, *flags: str) -> str:
@@ -183,7 +175,7 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
         60,
     )
     time.sleep(6)  # a few more cycles of each replica
-    events = _events(local_cluster, node, first_at)
+    events = quarantine_event_list(local_cluster, node, first_at)
     assert [e.reporting_instance for e in events] == [leader], "the leader, once"
     assert holder(local_cluster) == leader
     assert (lease(local_cluster).spec.lease_transitions or 0) == transitions
@@ -198,8 +190,12 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
     eventually(lambda: holder(local_cluster) == follower, f"{follower} to take the Lease", 60)
     eventually(lambda: tainted(local_cluster, node), f"{node} quarantined by {follower}", 90)
     time.sleep(6)
-    assert [e.reporting_instance for e in _events(local_cluster, node, second_at)] == [follower]
-    assert len(_events(local_cluster, FIRST[0], first_at)) == 1, "nobody quarantined it again"
+    assert [
+        e.reporting_instance for e in quarantine_event_list(local_cluster, node, second_at)
+    ] == [follower]
+    assert len(quarantine_event_list(local_cluster, FIRST[0], first_at)) == 1, (
+        "nobody quarantined it again"
+    )
     assert (lease(local_cluster).spec.lease_transitions or 0) == transitions + 1
     assert gpu_quota(local_cluster, FIRST[1]) == quota[FIRST[1]] - 8, "lowered once, not twice"
     # SECOND's quota: Kueue's pod may have been on the lost node, and its webhook refuses
@@ -225,5 +221,5 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
         eventually(
             lambda f=flavor: gpu_quota(local_cluster, f) == quota[f] - 8, f"{flavor}'s quota", 90
         )
-    assert len(_events(local_cluster, FIRST[0], first_at)) == 1
-    assert len(_events(local_cluster, SECOND[0], second_at)) == 1
+    assert len(quarantine_event_list(local_cluster, FIRST[0], first_at)) == 1
+    assert len(quarantine_event_list(local_cluster, SECOND[0], second_at)) == 1

@@ -187,7 +187,11 @@ Call with (list $ text): `text` is Kueue's upstream manifests, the other documen
 {{- $root := index . 0 }}
 {{- $optional := list "pod" "deployment" "statefulset" }}
 {{- range $doc := regexSplit "(?m)^---[ \t]*$" (index . 1) -1 }}
-{{- $obj := fromYaml $doc }}
+{{- /* only the two webhook configurations are parsed: the rest pass as text */ -}}
+{{- $obj := dict }}
+{{- if regexMatch "(?m)^kind: (Mutating|Validating)WebhookConfiguration\\s*$" $doc }}
+{{- $obj = fromYaml $doc }}
+{{- end }}
 {{- if and $obj (has (get $obj "kind") (list "MutatingWebhookConfiguration" "ValidatingWebhookConfiguration")) }}
 {{- range $w := $obj.webhooks }}
 {{- $kind := regexReplaceAll "^[mv]([a-z]+)[.]kb[.]io$" $w.name "${1}" }}

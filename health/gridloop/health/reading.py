@@ -25,7 +25,7 @@ from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
-from gridloop.health.signals import HOST_KEYS, HOST_LABELS, NVLINK_FAMILIES
+from gridloop.health.signals import HOST_KEYS, NVLINK_FAMILIES
 
 Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
 
@@ -40,7 +40,7 @@ _FIELDS = {
     "power": ("power_violation", float),
     "pcie": ("pcie_replay_rate", float),
 }
-UP_NODE_LABELS = ("node", *HOST_LABELS, "instance")
+UP_NODE_LABELS = (*HOST_KEYS, "instance")
 HostKey = tuple[str, ...]  # a series' node, Hostname and hostname labels ("" if absent)
 K = TypeVar("K", HostKey, str)  # what GPUs are keyed by: a HostKey, or a node once resolved
 
@@ -53,7 +53,8 @@ def _value(sample: Sample) -> float:
     return 0.0 if math.isnan(v) else v
 
 
-def _host(labels: dict[str, str], keys: tuple[str, ...] = HOST_KEYS) -> str | None:
+def host_of(labels: dict[str, str], keys: tuple[str, ...] = HOST_KEYS) -> str | None:
+    """The first of `keys` the series has: its node as far as the labels alone say."""
     return next((labels[k] for k in keys if labels.get(k)), None)
 
 
@@ -102,7 +103,7 @@ def baseline(results: dict[str, list[Sample]]) -> Baseline:
     _apply(gpus, results, host_key)
     exporter_up: dict[str, bool] = {}
     for sample in results.get("up", []):
-        target = _host(sample.get("metric", {}), UP_NODE_LABELS)
+        target = host_of(sample.get("metric", {}), UP_NODE_LABELS)
         if target:
             exporter_up[target] = exporter_up.get(target, False) or _value(sample) == 1.0
     return Baseline(gpus, exporter_up, newest, evaluated_at)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gridloop import toolchain
 from gridloop.bundle import charting
 from gridloop.chart import bundles, connecting, exits, locating, objects, planning, rendering
 from gridloop.chart.connecting import Target
@@ -179,7 +178,6 @@ def target(args: argparse.Namespace) -> Target:
         raise UsageError("--context: empty")
     kubeconfig = locating.kubeconfig(args.kubeconfig)
     connecting.check_context(kubeconfig, args.context)
-    toolchain.target(kubeconfig)
     return Target(
         kubeconfig=kubeconfig,
         context=args.context,

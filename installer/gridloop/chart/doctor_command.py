@@ -47,7 +47,7 @@ def register(sub: Sub) -> None:
     p.set_defaults(func=cmd_doctor)
 
 
-def diagnose(prepared: Prepared, api: client.ApiClient) -> list[Check]:
+def diagnose(prepared: Prepared, api: client.ApiClient, kubeconfig: str) -> list[Check]:
     req = prepared.request
     meta = yaml.safe_load((req.chart / "Chart.yaml").read_text(encoding="utf-8")) or {}
     planned = planning.plan(
@@ -59,7 +59,7 @@ def diagnose(prepared: Prepared, api: client.ApiClient) -> list[Check]:
         meta,
         versions.get("kubernetes").version,
     )
-    observed = doctoring.observe(api, prepared.crds, prepared.docs, planned)
+    observed = doctoring.observe(api, prepared.crds, prepared.docs, planned, kubeconfig)
     return checks.evaluate(observed, planned)
 
 
@@ -69,7 +69,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     req, _ = local_fleet.with_local_fleet(req, where.kubeconfig)
     prepared = commands.prepare(req)
     api = connecting.api_client(where)
-    found = diagnose(prepared, api)
+    found = diagnose(prepared, api, where.kubeconfig)
     if args.output == "json":
         report = {
             "server": connecting.server(api),

@@ -40,8 +40,13 @@ class Resource:
 
 
 def observe(
-    api: client.ApiClient, crds: Sequence[Doc], docs: Sequence[Doc], planned: diagnosis.Planned
+    api: client.ApiClient,
+    crds: Sequence[Doc],
+    docs: Sequence[Doc],
+    planned: diagnosis.Planned,
+    kubeconfig: str | None = None,
 ) -> diagnosis.Observed:
+    """The cluster as doctor reads it; `kubeconfig` picks the kubectl install would run."""
     version = reached(api, lambda: client.VersionApi(api).get_code()).git_version
     refused: dict[str, str] = {}
     resources, unserved = discover(api, crds, docs)
@@ -67,7 +72,7 @@ def observe(
         {"labelSelector": f"owner=helm,name={planned.release}"},
     )
     try:
-        kubectl, kubectl_problem = toolchain.kubectl_version(), ""
+        kubectl, kubectl_problem = toolchain.kubectl_version(kubeconfig), ""
     except UsageError as err:
         kubectl, kubectl_problem = None, str(err)
     return diagnosis.Observed(

@@ -72,7 +72,7 @@ def cmd_install(args: argparse.Namespace) -> int:
             f"release {req.release} is not installed in {req.namespace}: use `gridloop install`"
         )
     if not args.skip_doctor:
-        found = doctor_command.diagnose(prepared, api)
+        found = doctor_command.diagnose(prepared, api, where.kubeconfig)
         doctor_command.print_checks(found, only_problems=True)
         doctor_command.stop_on_failure(found)
         step("doctor", summary(found))

@@ -57,7 +57,7 @@ def apply_crds(chart: Path, target: Target) -> list[str]:
     files = crd_files(chart)
     if not files:
         return []
-    kubectl = str(toolchain.kubectl())
+    kubectl = str(toolchain.kubectl(target.kubeconfig))
     cmd = [kubectl, *target.kubectl_flags(), "apply", "--server-side", "--force-conflicts"]
     cmd += [f"--field-manager={FIELD_MANAGER}", "-o", "name"]
     for path in files:
@@ -71,7 +71,7 @@ def apply_crds(chart: Path, target: Target) -> list[str]:
 
 def apply_components(groups: dict[str, list[Doc]], target: Target) -> int:
     """Apply each namespace's objects server-side as Helm would; return how many."""
-    kubectl = str(toolchain.kubectl())
+    kubectl = str(toolchain.kubectl(target.kubeconfig))
     applied = 0
     for namespace, docs in groups.items():
         cmd = [kubectl, *target.kubectl_flags(), "apply", "--server-side", "--force-conflicts"]
@@ -85,7 +85,12 @@ def diff(docs: Sequence[Doc], namespace: str, target: Target) -> str:
     """`kubectl diff --server-side` of `docs`: what applying them would change ("" if nothing)."""
     if not docs:
         return ""
-    cmd = [str(toolchain.kubectl()), *target.kubectl_flags(), "diff", "--server-side"]
+    cmd = [
+        str(toolchain.kubectl(target.kubeconfig)),
+        *target.kubectl_flags(),
+        "diff",
+        "--server-side",
+    ]
     cmd += [
         "--force-conflicts",
         f"--field-manager={DIFF_FIELD_MANAGER}",
@@ -101,20 +106,26 @@ def diff(docs: Sequence[Doc], namespace: str, target: Target) -> str:
 
 def stored_manifest(request: Request, target: Target) -> str:
     """The manifest Helm recorded for the release's newest revision."""
-    cmd = [str(toolchain.helm()), *target.helm_flags(), "get", "manifest", request.release]
+    cmd = [
+        str(toolchain.helm(target.kubeconfig)),
+        *target.helm_flags(),
+        "get",
+        "manifest",
+        request.release,
+    ]
     cmd += ["--namespace", request.namespace]
     return _run(cmd, target, f"helm get manifest {request.release}", helm_output=True)
 
 
 def uninstall(release: str, namespace: str, target: Target) -> str:
-    cmd = [str(toolchain.helm()), *target.helm_flags(), "uninstall", release]
+    cmd = [str(toolchain.helm(target.kubeconfig)), *target.helm_flags(), "uninstall", release]
     cmd += ["--namespace", namespace, "--wait", "--timeout", target.timeout]
     return _run(cmd, target, f"helm uninstall {release}", helm_output=True).strip()
 
 
 def upgrade(request: Request, target: Target) -> Installed:
     """`helm upgrade --install` the release, CRDs skipped (apply_crds did them)."""
-    helm = str(toolchain.helm())
+    helm = str(toolchain.helm(target.kubeconfig))
     cmd = [helm, *target.helm_flags(), "upgrade", "--install", request.release, str(request.chart)]
     cmd += ["--namespace", request.namespace, "--create-namespace", "--skip-crds"]
     # Between releases the health service owns the GPU quotas of the team ClusterQueues

@@ -414,7 +414,7 @@ class Collector:
         reporting: dict[str, int] = {}
         for sample in answers.get("present", []):
             labels = sample.get("metric", {})
-            host = next((labels[k] for k in HOST_KEYS if labels.get(k)), None)
+            host = reading.host_of(labels)
             if host:
                 reporting[host] = reporting.get(host, 0) + int(float(sample["value"][1]))
         up = reading.baseline({"up": answers.get("up", [])}).exporter_up
