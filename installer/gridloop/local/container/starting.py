@@ -308,7 +308,18 @@ def retire(api: client.ApiClient, fleet: Fleet) -> list[str]:
     found = core.list_node(label_selector=f"{CONTAINER_NODE_LABEL}=true").items
     gone = sorted(n.metadata.name for n in found if n.metadata.name not in planned)
     for name in gone:
-        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items
+        # the Node first, so the scheduler binds no replacement pod to it meanwhile
+        _ignore_gone(core.delete_node, name)
+        _delete_pods_on(core, name)
+    return gone
+
+
+def _delete_pods_on(core: client.CoreV1Api, node: str, settle: float = 10.0) -> None:
+    """Force-delete the Pods bound to `node` until a list finds none: a binding the
+    scheduler made just before the Node went can land after the first list."""
+    deadline = time.monotonic() + settle
+    while True:
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
         for pod in pods:
             _ignore_gone(
                 core.delete_namespaced_pod,
@@ -316,8 +327,9 @@ def retire(api: client.ApiClient, fleet: Fleet) -> list[str]:
                 pod.metadata.namespace,
                 grace_period_seconds=0,
             )
-        _ignore_gone(core.delete_node, name)
-    return gone
+        if not pods or time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
 
 
 def _ignore_gone(call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
