@@ -136,7 +136,7 @@ def test_only_families_over_windows_of_minutes_are_asked_once_per_scrape_interva
     q = queries(Policy(), "dcgm-exporter")
     assert set(q) >= {"xid_repeats", "thermal", "nvlink_replay", "pcie"}  # power: off by default
     for family, promql in q.items():
-        minutes_window = re.search(r"\[(\d+)s\]", promql)
+        minutes_window = re.search(r"\[(\d+)s[]:]", promql)  # a range, or a subquery's
         over_minutes = minutes_window is not None and int(minutes_window.group(1)) >= 120
         assert (family in SLOW_FAMILIES) == over_minutes, family
 
@@ -190,7 +190,10 @@ def _two_gpus(**host: str) -> list[dict]:
             {"node": "gpu-node-1", "Hostname": "dcgm-exporter-7xk2p"},
         ),
         ("Hostname a node (NODE_NAME set)", {"Hostname": "gpu-node-1"}),
-        ("hostname only (dcgm-exporter 4.x)", {"hostname": "gpu-node-1"}),
+        (
+            "hostname only (relabeled; dcgm-exporter spells NVLink series so)",
+            {"hostname": "gpu-node-1"},
+        ),
         ("both spellings", {"Hostname": "gpu-node-1", "hostname": "gpu-node-1"}),
     ],
 )

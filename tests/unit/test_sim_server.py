@@ -24,6 +24,7 @@ import pytest
 from gridloop.errors import UsageError
 from gridloop.sim.faults import FaultSet
 from gridloop.sim.injections import Injection
+from gridloop.sim.label_shapes import LabelShape, pod_name
 from gridloop.sim.server import CONTENT_TYPE, SimServer, make_server
 from gridloop.sim.storing import update_faults
 
@@ -63,21 +64,23 @@ class Running:
         update_faults(self.faults_path, lambda f: f.inject(GPUS, injection, 0.0))
 
 
-def start(fleet: Path, faults: Path) -> SimServer:
+def start(fleet: Path, faults: Path, shape: LabelShape = LabelShape.LEGACY) -> SimServer:
     for port in random.sample(TEST_PORTS, 20):
         try:
-            return make_server(fleet, faults, port)
+            return make_server(fleet, faults, port, shape=shape)
         except UsageError:
             continue  # busy: another test run holds it
     raise RuntimeError(f"no free port in {TEST_PORTS}")
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
+def running(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Running]:
+    """A server in the default label shape, or in the one a test passes (indirect=True)."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(FLEET)
     faults = tmp_path / "sim" / "faults.json"
-    server = start(fleet, faults)
+    shape = getattr(request, "param", LabelShape.LEGACY)
+    server = start(fleet, faults, shape)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
@@ -176,3 +179,14 @@ def test_faults_written_while_serving_are_read_back_as_written(running: Running)
     faults = FaultSet.from_json(running.faults_path.read_text())
 
     assert faults[("us-east-l4-000", 1)].temp == 99.0
+
+
+@pytest.mark.parametrize("running", [LabelShape.PODNAME], indirect=True)
+def test_a_server_started_with_a_label_shape_serves_every_node_in_it(running: Running) -> None:
+    running.inject(node="us-east-l4-000", gpu=2, xid=48)
+
+    _, _, body = running.get("/nodes/us-east-l4-000/metrics")
+
+    assert f'Hostname="{pod_name("us-east-l4-000")}"' in body
+    assert 'Hostname="us-east-l4-000"' not in body
+    assert 'err_code="48",err_msg="Double Bit ECC Error"} 48' in body

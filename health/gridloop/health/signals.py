@@ -52,6 +52,7 @@ def _window(seconds: float) -> str:
 def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
     """Family name -> PromQL. Families with a threshold switched off are not queried."""
     s, repeat = policy.signals, _window(policy.xid_repeat_window_s)
+    scrape = _window(policy.scrape_interval_s)
     q = {
         "up": f'up{{job="{exporter_job}"}}',
         # which GPUs report, and when each was last scraped: the answer's own evaluation
@@ -60,8 +61,14 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         "xid": "DCGM_FI_DEV_XID_ERRORS != 0",
         # the XID gauge holds the last code: each change in the window counts as an event
         # (a new code, or a return to 0 after a reset; the same code twice in a row is
-        # invisible in this gauge, as it is in dcgm-exporter's)
-        "xid_repeats": f"changes(DCGM_FI_DEV_XID_ERRORS[{repeat}]) > 0",
+        # invisible in this gauge, as it is in dcgm-exporter's). dcgm-exporter 3.3.6 and
+        # later label each XID sample with its code (err_code, err_msg), which makes each
+        # code a series of its own that never changes: the changes are counted on each
+        # GPU's one series with those labels dropped, sampled once per scrape interval
+        "xid_repeats": (
+            f"changes((max without (err_code, err_msg) (DCGM_FI_DEV_XID_ERRORS))"
+            f"[{repeat}:{scrape}]) > 0"
+        ),
         "row_remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING != 0",
     }
     if s.ecc_dbe_volatile:

@@ -9,6 +9,7 @@ watch the health service react.
 - ``metrics``: the metric names, types and help texts, and GPU identity labels;
 - ``injections``, ``faults``: what may be injected and the fault set in force (pure);
 - ``exposition``: one node's GPUs rendered in the Prometheus text format (pure);
+- ``label_shapes``: which host and XID labels a series carries, per real exporter (pure);
 - ``storing``: the faults file, replaced atomically (I/O);
 - ``server``, ``commands``: the HTTP shell and the `gridloop sim` command line.
 

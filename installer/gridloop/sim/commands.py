@@ -2,10 +2,11 @@
 
 The faults file lives in the local cluster's state directory (``<state>/sim/faults.json``)
 next to the fleet it refers to (``<state>/fleet.yaml``); the simulated exporters re-read it
-on change, so a fault shows up on the next scrape. Numbers are parsed here rather than by
-argparse so that a bad value is the same one-line ``error: --gpu x: ...`` as every other
-refusal. Decisions (what is valid, what a fault does) live in ``injections.py`` and
-``faults.py``.
+on change, so a fault shows up on the next scrape. Numbers and `serve --label-shape` are
+parsed here rather than by argparse so that a bad value is the same one-line
+``error: --gpu x: ...`` as every other refusal. Decisions (what is valid, what a fault
+does, which labels a series gets) live in ``injections.py``, ``faults.py`` and
+``label_shapes.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from gridloop.fleet import FleetError, iter_planned_nodes, load_fleet
 from gridloop.local import paths
 from gridloop.sim.faults import Fault
 from gridloop.sim.injections import Injection, check_target, target_name, validate
+from gridloop.sim.label_shapes import FLAG as LABEL_SHAPE_FLAG
+from gridloop.sim.label_shapes import parse_shape, shapes_help
 from gridloop.sim.storing import FAULTS_FILE, FLEET_FILE, read_faults, update_faults
 
 _SWITCHES = (
@@ -75,6 +78,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = verb("serve", "run the simulated dcgm-exporters in the foreground")
     p.add_argument("--port", metavar="PORT", help="port on 127.0.0.1 (required)")
+    p.add_argument(LABEL_SHAPE_FLAG, metavar="SHAPE", help=shapes_help())
     p.set_defaults(func=cmd_serve)
 
 
@@ -142,9 +146,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = _int_flag("--port", args.port)
     if port is None:
         raise UsageError("--port: required; the port on 127.0.0.1 to serve on")
+    shape = parse_shape(args.label_shape)
     state = _state_dir(args)
     _gpus_by_node(state)  # refuse early, with the state-dir hint, when there is no fleet
-    server.serve(state / FLEET_FILE, state / FAULTS_FILE, port)
+    server.serve(state / FLEET_FILE, state / FAULTS_FILE, port, shape=shape)
     return 0
 
 

@@ -6,7 +6,9 @@ healthy GPU reads like a busy one in a training fleet: utilisation, power and te
 drift smoothly with ``now`` around a level seeded from the node name and GPU index, so the
 same instant always renders the same text. Counters integrate from ``started`` (the
 exporter's start) and never fall as ``now`` grows. Injected faults move only the metrics
-``metrics.FAULT_METRICS`` names for them.
+``metrics.FAULT_METRICS`` names for them. Which host and XID labels a sample carries is
+the ``label_shapes.LabelShape`` the caller asks for (the default is the simulator's old
+shape, ``Hostname`` the node's name).
 
 A 5,000-node fleet is scraped every few seconds, so everything that does not depend on
 ``now`` (label strings, seeded levels) is built once per node and cached.
@@ -24,9 +26,10 @@ from functools import lru_cache
 from gridloop.fleet import PlannedNode
 from gridloop.sim import metrics as m
 from gridloop.sim.faults import FaultSet, GpuEffect
+from gridloop.sim.label_shapes import DEFAULT_SHAPE, LabelShape, host_label, xid_labels
 from gridloop.sim.metrics import METRICS, GpuProfile
 
-__all__ = ["METRICS", "render_node"]
+__all__ = ["METRICS", "LabelShape", "render_node"]
 
 _WAVE_PERIOD_S = 600.0 / (2 * math.pi)  # utilisation drifts over ~10 minutes
 _WAVE = 0.06  # +-6 points of utilisation around the GPU's level
@@ -34,6 +37,7 @@ _HEADERS: tuple[tuple[str, str], ...] = tuple(
     (name, f"# HELP {name} {help_}\n# TYPE {name} {type_}\n")
     for name, (type_, help_) in METRICS.items()
 )
+_XID_COLUMN = list(METRICS).index(m.XID_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -62,22 +66,34 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _labels(node: PlannedNode, index: int) -> str:
+def _pairs(labels: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+
+
+def _labels(node: PlannedNode, index: int, shape: LabelShape) -> str:
+    host, host_value = host_label(shape, node.name)
+    names = tuple(host if name == m.HOST_LABEL else name for name in m.LABEL_NAMES)
     values = (
         str(index),
         m.gpu_uuid(node.name, index),
         m.pci_bus_id(index),
         f"nvidia{index}",
         m.model_name(node.product),
-        node.name,
+        host_value,
         m.DRIVER_VERSION,
     )
-    pairs = ",".join(f'{k}="{_escape(v)}"' for k, v in zip(m.LABEL_NAMES, values, strict=True))
-    return "{" + pairs + "}"
+    return "{" + _pairs(tuple(zip(names, values, strict=True))) + "}"
+
+
+@lru_cache(maxsize=1024)
+def _xid_suffix(shape: LabelShape, code: str) -> str:
+    """What an XID sample of ``code`` adds inside its braces: ``,err_code="79",...``."""
+    extra = xid_labels(shape, int(code))
+    return "," + _pairs(extra) if extra else ""
 
 
 @lru_cache(maxsize=8192)
-def _node(node: PlannedNode) -> _Node:
+def _node(node: PlannedNode, shape: LabelShape) -> _Node:
     prof = m.profile(node.gpu)
     gpus = []
     for i in range(node.gpus):
@@ -86,7 +102,7 @@ def _node(node: PlannedNode) -> _Node:
         gpus.append(
             _Gpu(
                 index=i,
-                labels=_labels(node, i),
+                labels=_labels(node, i, shape),
                 level=0.55 + 0.37 * d[0] / 255,
                 phase=2 * math.pi * d[1] / 256,
                 sm_clock=prof.sm_clock - 15 * (d[2] % 4),
@@ -170,13 +186,20 @@ def _apply(v: dict[str, int | str], fx: GpuEffect) -> None:
         v[m.PCIE_REPLAY] = int(fx.pcie_replays)
 
 
-def render_node(node: PlannedNode, faults: FaultSet, now: float, started: float) -> str:
-    """The body of ``GET /metrics`` of this node's dcgm-exporter at ``now``.
+def render_node(
+    node: PlannedNode,
+    faults: FaultSet,
+    now: float,
+    started: float,
+    shape: LabelShape = DEFAULT_SHAPE,
+) -> str:
+    """The body of ``GET /metrics`` of this node's dcgm-exporter at ``now``, its samples
+    labelled in ``shape``.
 
     Vanished GPUs have no samples; a metric with no samples left has no HELP/TYPE either,
     and a node whose every GPU vanished renders as an empty (still valid) body.
     """
-    tpl = _node(node)
+    tpl = _node(node, shape)
     rows: list[tuple[str, list[str]]] = []
     for g in tpl.gpus:
         fx = faults.effect(node.name, g.index, now)
@@ -188,5 +211,12 @@ def render_node(node: PlannedNode, faults: FaultSet, now: float, started: float)
     out: list[str] = []
     for k, (name, header) in enumerate(_HEADERS):
         out.append(header)
+        if k == _XID_COLUMN and shape.xid_labels:
+            # each XID code is a series of its own, as dcgm-exporter 4.x labels them
+            out.extend(
+                f"{name}{labels[:-1]}{_xid_suffix(shape, values[k])}}} {values[k]}\n"
+                for labels, values in rows
+            )
+            continue
         out.extend([f"{name}{labels} {values[k]}\n" for labels, values in rows])
     return "".join(out)

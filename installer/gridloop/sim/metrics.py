@@ -116,14 +116,16 @@ FAULT_METRICS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     }
 )
 
-# The labels dcgm-exporter puts on every sample, in its order.
+# The labels dcgm-exporter puts on every sample, in its order. HOST_LABEL is its own host
+# label: how it is spelled and what it says depends on the label shape (label_shapes.py).
+HOST_LABEL = "Hostname"
 LABEL_NAMES: tuple[str, ...] = (
     "gpu",
     "UUID",
     "pci_bus_id",
     "device",
     "modelName",
-    "Hostname",
+    HOST_LABEL,
     "DCGM_FI_DRIVER_VERSION",
 )
 

@@ -10,11 +10,14 @@ container nodes (gridloop.local.pod_discovery). A node with an
 ``exporter-down`` fault answers 503, so Prometheus records ``up == 0`` for it exactly as
 for a crashed exporter. Faults come from the faults file, re-read whenever it changes
 (``gridloop sim inject`` replaces it atomically), so injecting needs no second channel.
+``--label-shape`` picks which real exporter's host and XID labels the series carry
+(``label_shapes.py``); the default is the simulator's old shape.
 
 A thin shell: it binds 127.0.0.1 only, reads two files and the clock, and leaves every
 decision about what a GPU reads to ``exposition.render_node``.
 
-    python -m gridloop.sim.server --fleet FLEET.yaml --faults FAULTS.json --port PORT
+    python -m gridloop.sim.server --fleet FLEET.yaml --faults FAULTS.json --port PORT \
+        [--label-shape legacy|nodename|lowercase|podname]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from gridloop.errors import GridloopError, UsageError
 from gridloop.fleet import FleetError, PlannedNode, load_fleet, planned_nodes
 from gridloop.sim.exposition import render_node
 from gridloop.sim.faults import FaultSet
+from gridloop.sim.label_shapes import DEFAULT_SHAPE, FLAG, LabelShape, parse_shape, shapes_help
 from gridloop.sim.storing import read_faults
 from gridloop.sim.workloads import render_agent_sandbox, render_kube_state, render_vllm
 
@@ -45,10 +49,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class Simulation:
     """The fleet, and the faults file as last read; safe to share between request threads."""
 
-    def __init__(self, nodes: Sequence[PlannedNode], faults_path: Path, started: float) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[PlannedNode],
+        faults_path: Path,
+        started: float,
+        shape: LabelShape = DEFAULT_SHAPE,
+    ) -> None:
         self.nodes = {node.name: node for node in nodes}
         self.faults_path = faults_path
         self.started = started
+        self.shape = shape
         self._faults = FaultSet()
         self._seen: tuple[int, int, int] | None = None
         self._lock = threading.Lock()
@@ -119,7 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif faults.exporter_down(node.name):
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, "exporter down (injected fault)\n")
             else:
-                body = render_node(node, faults, time.time(), sim.started)
+                body = render_node(node, faults, time.time(), sim.started, sim.shape)
                 self._send(HTTPStatus.OK, body, CONTENT_TYPE)
         elif parts[0] == "workloads":
             self._workloads(parts[1:], sim.started)
@@ -171,26 +182,37 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def make_server(
-    fleet_path: Path, faults_path: Path, port: int, kubeconfig: Path | None = None
+    fleet_path: Path,
+    faults_path: Path,
+    port: int,
+    kubeconfig: Path | None = None,
+    shape: LabelShape = DEFAULT_SHAPE,
 ) -> SimServer:
     """A bound, not yet serving, server; UsageError for a bad fleet or a busy port."""
     try:
         nodes = planned_nodes(load_fleet(fleet_path))
     except FleetError as err:
         raise UsageError(str(err)) from err
-    simulation = Simulation(nodes, faults_path, started=time.time())
+    simulation = Simulation(nodes, faults_path, started=time.time(), shape=shape)
     try:
         return SimServer(port, simulation, kubeconfig)
     except OSError as err:
         raise UsageError(f"--port {port}: cannot listen on {HOST}:{port}: {err}") from err
 
 
-def serve(fleet_path: Path, faults_path: Path, port: int, kubeconfig: Path | None = None) -> None:
+def serve(
+    fleet_path: Path,
+    faults_path: Path,
+    port: int,
+    kubeconfig: Path | None = None,
+    shape: LabelShape = DEFAULT_SHAPE,
+) -> None:
     """Serve until interrupted."""
-    server = make_server(fleet_path, faults_path, port, kubeconfig)
+    server = make_server(fleet_path, faults_path, port, kubeconfig, shape)
     count = len(server.simulation.nodes)
     print(
-        f"dcgm simulator: {count} nodes on http://{HOST}:{server.port}/nodes/<node>/metrics",
+        f"dcgm simulator: {count} nodes on http://{HOST}:{server.port}/nodes/<node>/metrics"
+        f" ({FLAG} {shape.value})",
         flush=True,
     )
     try:
@@ -209,9 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--kubeconfig", type=Path, help="answer /discovery/<job> from this cluster's pods"
     )
+    parser.add_argument(FLAG, metavar="SHAPE", help=shapes_help())
     args = parser.parse_args(argv)
     try:
-        serve(args.fleet, args.faults, args.port, args.kubeconfig)
+        shape = parse_shape(args.label_shape)
+        serve(args.fleet, args.faults, args.port, args.kubeconfig, shape)
     except GridloopError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
