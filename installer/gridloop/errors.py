@@ -30,6 +30,15 @@ class BuildError(GridloopError):
     """Building an upstream component failed; the message names it and its log."""
 
 
+class Unfetchable(BuildError):
+    """An upstream component could not be downloaded (no route to where it is published).
+    `reason` is the short form: what could not be fetched, and why."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class ClusterError(GridloopError):
     """The local cluster could not be started, reached or stopped."""
 

@@ -36,8 +36,8 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _objects(component: str) -> list[dict[str, object]]:
     """A mirrored component: what the bundle's edits need (adjustments.integrate).
 
-    KubeRay's objects sit in `default`, the exporter is a DaemonSet, and Kueue has its
-    controller config, mounted by its Deployment.
+    KubeRay's objects sit in `default`, and Kueue has its controller config, mounted by
+    its Deployment.
     """
     namespace = "default" if component == "kuberay" else f"{component}-system"
     # agent-sandbox's controller with the flag its extensions (SandboxTemplate) need
@@ -45,7 +45,7 @@ def _objects(component: str) -> list[dict[str, object]]:
     args = ["--extensions"] if component == "agent-sandbox" else []
     workload = {
         "apiVersion": "apps/v1",
-        "kind": "DaemonSet" if component == "dcgm-exporter" else "Deployment",
+        "kind": "Deployment",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "template": {
@@ -152,16 +152,9 @@ def test_mirrored_manifests_get_the_edits_that_tie_them_to_the_chart(tmp_path: P
     assert base["metadata"]["name"] == "kueue-manager-config"
     _, kuberay = yaml.safe_load_all((upstream / "kuberay" / "kuberay.yaml").read_text())
     assert kuberay["metadata"]["namespace"] == "${GRIDLOOP_RELEASE_NAMESPACE}"
-    _, exporter = yaml.safe_load_all(
-        (upstream / "dcgm-exporter" / "dcgm-exporter.yaml").read_text()
-    )
-    (container,) = exporter["spec"]["template"]["spec"]["containers"]
-    assert {
-        "name": "DCGM_EXPORTER_COLLECTORS",
-        "value": "/etc/dcgm-exporter/gridloop/counters.csv",
-    } in container["env"]
     # nothing but the edits: the image an operator mirrored stays
-    assert container["image"] == "mirror/dcgm-exporter:1"
+    (container,) = kuberay["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "mirror/kuberay:1"
 
 
 def test_skipped_components_are_left_out_of_the_bundle_and_its_images(tmp_path: Path) -> None:
@@ -172,13 +165,12 @@ def test_skipped_components_are_left_out_of_the_bundle_and_its_images(tmp_path: 
     (out / "notes.txt").write_text("mine")
 
     bundling.bundle(
-        bundling.Request(
-            out=out, mirror=mirror, skip=frozenset({"kaito", "agent-sandbox", "dcgm-exporter"})
-        )
+        bundling.Request(out=out, mirror=mirror, skip=frozenset({"kaito", "agent-sandbox"}))
     )
 
     upstream = out / "gridloop" / "upstream"
-    assert sorted(p.name for p in upstream.iterdir()) == ["kuberay", "kueue"]
+    assert sorted(p.parent.name for p in upstream.glob("*/*.yaml")) == ["kuberay", "kueue"]
+    assert (upstream / "kaito" / bundling.LEFT_OUT).read_text() == "left out with --skip\n"
     assert (out / "images.txt").read_text() == "mirror/kuberay:1\nmirror/kueue:1\n"
     assert (out / "notes.txt").read_text() == "mine", "only the bundle's own files are replaced"
 
@@ -315,18 +307,17 @@ def test_an_unreachable_release_names_the_component_and_the_ways_around_it(
 ) -> None:
     pinned = tmp_path / "versions.yaml"
     text = (Path(__file__).parents[2] / "versions.yaml").read_text()
-    pinned.write_text(
-        text.replace("https://raw.githubusercontent.com/NVIDIA/dcgm-exporter", "http://127.0.0.1:9")
-    )
+    pinned.write_text(text.replace("https://github.com/kaito-project/kaito", "http://127.0.0.1:9"))
     env = _env(tmp_path, GRIDLOOP_VERSIONS_FILE=str(pinned))
-    skip = [flag for c in ("kueue", "kuberay", "kaito", "agent-sandbox") for flag in ("--skip", c)]
+    skip = [flag for c in ("kueue", "kuberay", "agent-sandbox") for flag in ("--skip", c)]
 
     result = gridloop("bundle", "--out", str(tmp_path / "dist"), *skip, env=env)
 
     assert result.returncode == 1
     line = _one_error_line(result.stderr)
-    assert line.startswith("error: dcgm-exporter 4.6.0-4.8.3: cannot download http://127.0.0.1:9/")
-    assert "--mirror DIR" in line and "--skip dcgm-exporter" in line
+    kaito = versions.get("kaito").version
+    assert line.startswith(f"error: kaito {kaito}: cannot download http://127.0.0.1:9/")
+    assert "--mirror DIR" in line and "--skip kaito" in line
     assert not (tmp_path / "dist").exists()
 
 
@@ -348,8 +339,8 @@ def test_the_command_reports_each_component_and_what_it_wrote(tmp_path: Path, gr
 
     assert result.returncode == 0, result.stderr
     assert "  ✓ kueue v0.17.1" in result.stdout and "mirror (3 objects)" in result.stdout
-    assert f"wrote {out / 'gridloop'} (chart 0.3.0, 5 upstream components)" in result.stdout
-    assert f"wrote {out / 'images.txt'} (6 images)" in result.stdout
+    assert f"wrote {out / 'gridloop'} (chart 0.3.0, 4 upstream components)" in result.stdout
+    assert f"wrote {out / 'images.txt'} (5 images)" in result.stdout
 
 
 def _sandbox_release(tmp_path: Path, core: str, extensions: str) -> bundling.Request:

@@ -26,6 +26,9 @@ from gridloop.errors import BuildError
 from gridloop.local import building, sandbox_installing
 from gridloop.versions import Component
 
+# the bundle renders Kueue and KubeRay with kubectl, built by `gridloop local build`
+needs_kubectl = pytest.mark.needs_binaries("kubectl")
+
 KEEP = "helm.sh/resource-policy"
 KUEUE_CRDS = {
     "clusterqueues.kueue.x-k8s.io",
@@ -76,6 +79,7 @@ def _named(docs: list[dict[str, object]], kind: str, name: str) -> dict:
     raise AssertionError(f"no {kind} {name} among {len(docs)} objects")
 
 
+@needs_kubectl
 def test_every_crd_is_bundled_and_kept(bundled: bundling.Result) -> None:
     kueue = _docs(bundled, "crds/kueue.yaml")
     kuberay = _docs(bundled, "crds/kuberay.yaml")
@@ -89,12 +93,14 @@ def test_every_crd_is_bundled_and_kept(bundled: bundling.Result) -> None:
         assert crd["metadata"]["annotations"][KEEP] == "keep"
 
 
+@needs_kubectl
 def test_no_crd_hides_outside_the_crd_files(bundled: bundling.Result) -> None:
     for component in ("kueue", "kuberay", "agent-sandbox"):
         rest = _docs(bundled, f"upstream/{component}/{component}.yaml")
         assert rest and all(d["kind"] != "CustomResourceDefinition" for d in rest)
 
 
+@needs_kubectl
 def test_kueue_runs_the_released_image_in_its_own_namespace(bundled: bundling.Result) -> None:
     kueue: Component = versions.get("kueue")
     rest = _docs(bundled, "upstream/kueue/kueue.yaml")
@@ -108,6 +114,7 @@ def test_kueue_runs_the_released_image_in_its_own_namespace(bundled: bundling.Re
     assert namespace["metadata"]["annotations"][KEEP] == "keep"
 
 
+@needs_kubectl
 def test_kueues_config_is_bundled_as_the_base_the_chart_renders_from(
     bundled: bundling.Result,
 ) -> None:
@@ -127,6 +134,7 @@ def test_kueues_config_is_bundled_as_the_base_the_chart_renders_from(
     assert annotations["gridloop.io/config-checksum"] == "${GRIDLOOP_CONFIG_CHECKSUM}"
 
 
+@needs_kubectl
 def test_kuberay_lands_in_the_release_namespace(bundled: bundling.Result) -> None:
     docs = _docs(bundled, "upstream/kuberay/kuberay.yaml")
 
@@ -137,6 +145,7 @@ def test_kuberay_lands_in_the_release_namespace(bundled: bundling.Result) -> Non
     assert "default" not in json.dumps(docs)
 
 
+@needs_kubectl
 def test_kuberay_runs_the_released_image_without_a_batch_scheduler_flag(
     bundled: bundling.Result,
 ) -> None:
@@ -150,6 +159,7 @@ def test_kuberay_runs_the_released_image_without_a_batch_scheduler_flag(
     assert not any("batch-scheduler" in arg for arg in container.get("args", []))
 
 
+@needs_kubectl
 def test_agent_sandbox_runs_one_controller_with_its_extensions_and_released_image(
     bundled: bundling.Result,
 ) -> None:
@@ -175,6 +185,7 @@ def test_agent_sandbox_runs_one_controller_with_its_extensions_and_released_imag
     assert len(identities) == len(set(identities)), "each object once in the release"
 
 
+@needs_kubectl
 def test_images_txt_lists_every_operator(bundled: bundling.Result) -> None:
     listed = Path(bundled.images_file).read_text().splitlines()
 

@@ -157,6 +157,21 @@ def test_an_existing_kueue_is_a_clash_only_when_the_chart_brings_its_own(
     assert words in found.detail
 
 
+def test_a_controller_the_bundle_left_out_is_not_called_installed() -> None:
+    why = "cannot download https://example.invalid/kaito.tgz (no route)"
+    planned = dataclasses.replace(
+        LOCAL, enabled={**LOCAL.enabled, "kaito": True}, left_out={"kaito": why}
+    )
+
+    found = check("kaito", HEALTHY, planned)
+
+    assert found.status is Status.WARN
+    assert found.detail == f"KAITO is left out of this bundle ({why}) and not installed"
+    assert "or set kaito.enabled=false" in (found.fix or "")
+    serving = dataclasses.replace(planned, kinds=planned.kinds | {"Workspace"})
+    assert "nothing acts on the Workspace objects" in check("kaito", HEALTHY, serving).detail
+
+
 def test_the_chart_may_adopt_its_own_kuberay_but_not_someone_elses() -> None:
     ours = Workload("default", "kuberay-operator", (), "gridloop", "gridloop-system")
     theirs = dataclasses.replace(ours, release="ray", release_namespace="ray")

@@ -4,39 +4,23 @@ package data and finds them there; its own dependencies are the health service's
 (gridloop's image installs exactly this), and a command that needs an extra says which.
 
 Builds the wheel with pip and installs its dependencies from the package index (pip's
-cache when warm): about 15 s.
+cache when warm): about 15 s (tests/wheel_venv.py).
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
-import venv
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from wheel_venv import REPO, install_wheel
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The venv's bin/ with only gridloop's wheel (and its dependencies) installed."""
-    work = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(work), str(REPO)],
-        capture_output=True,
-        text=True,
-    )
-    assert built.returncode == 0, built.stderr
-    (wheel,) = work.glob("gridloop-*.whl")
-    venv.create(work / "venv", with_pip=True)
-    bin_dir = work / "venv" / "bin"
-    done = subprocess.run(
-        [str(bin_dir / "pip"), "install", "--quiet", str(wheel)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return bin_dir
+    return install_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def _run(bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -25,8 +25,12 @@ from gridloop.bundle import caching, charting, fetching, images, manifests
 from gridloop.bundle.adjustments import integrate, pin
 from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import COMPONENTS, SOURCES, Source
-from gridloop.errors import BuildError, UsageError
+from gridloop.errors import BuildError, Unfetchable, UsageError
 from gridloop.versions import Component
+
+# upstream/<component>/LEFT-OUT: the component is not in this bundle, and why; the chart
+# then renders without it (templates/upstream.yaml) and NOTES.txt says so
+LEFT_OUT = "LEFT-OUT"
 
 Say = Callable[[str], None]
 
@@ -38,6 +42,9 @@ class Request:
     mirror: Path | None = None
     skip: frozenset[str] = field(default_factory=frozenset)
     tarball: bool = False
+    # leave out a component that cannot be fetched (no network to its release host),
+    # saying why, instead of failing: how `render` and `install` assemble a bundle
+    leave_out_unfetchable: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,17 +62,26 @@ class Result:
     components: list[Obtained]
     chart: charting.Chart | None
     tarball: Path | None
+    left_out: dict[str, str] = field(default_factory=dict)  # component -> why
 
 
 def bundle(request: Request, say: Say = lambda _m: None) -> Result:
     chart = _check(request, say)
-    obtained = []
+    obtained, left_out = [], {}
     for source in SOURCES:
         comp = versions.get(source.component)
         if source.component in request.skip:
             say(f"  - {fetching.label(comp):<28} skipped (--skip)")
+            left_out[source.component] = "left out with --skip"
             continue
-        got = obtain(source, comp, request.mirror)
+        try:
+            got = obtain(source, comp, request.mirror)
+        except Unfetchable as err:
+            if not request.leave_out_unfetchable:
+                raise
+            say(f"  - {fetching.label(comp):<28} left out: {err.reason}")
+            left_out[source.component] = err.reason
+            continue
         docs = sum(len(d) for d in got.files.values())
         say(f"  ✓ {fetching.label(got.component):<28} {got.origin} ({docs} objects)")
         obtained.append(got)
@@ -78,6 +94,10 @@ def bundle(request: Request, say: Say = lambda _m: None) -> Result:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
     _write_upstream(folder, obtained)
+    for component, why in left_out.items():
+        marker = folder / manifests.UPSTREAM / component / LEFT_OUT
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(why + "\n", encoding="utf-8")
 
     found = images.in_manifests(d for got in obtained for docs in got.files.values() for d in docs)
     if chart is not None:
@@ -86,7 +106,19 @@ def bundle(request: Request, say: Say = lambda _m: None) -> Result:
     images_file.write_text(images.listing(found))
 
     tarball = charting.package(folder, request.out) if request.tarball else None
-    return Result(folder, images_file, sorted(found), obtained, chart, tarball)
+    return Result(folder, images_file, sorted(found), obtained, chart, tarball, left_out)
+
+
+def left_out(chart: Path) -> dict[str, str]:
+    """The components a bundled chart says it left out (upstream/<component>/LEFT-OUT),
+    and why."""
+    found = {}
+    for marker in sorted((chart / manifests.UPSTREAM).glob(f"*/{LEFT_OUT}")):
+        try:
+            found[marker.parent.name] = marker.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            found[marker.parent.name] = "left out"
+    return found
 
 
 def _check(request: Request, say: Say) -> charting.Chart | None:

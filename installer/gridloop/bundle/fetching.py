@@ -1,32 +1,31 @@
 """Getting an upstream component's manifests as the upstream tools render them.
 
-- a Go module (Kueue, KubeRay): `go mod download` with the environment
-  `gridloop local build` uses (the module lands in Go's own cache, outside
-  git), then the project-built `kubectl kustomize` on its kustomize base;
+- a Go module (Kueue, KubeRay): its zip from the Go module proxy, checked against the
+  go.sum hash versions.yaml pins (modules.py: no Go needed), then `kubectl kustomize`
+  on its kustomize base with the user's kubectl (gridloop.toolchain);
 - a Go module's release files (agent-sandbox): the same download, then the
   files its release script concatenates, in that order;
 - a release file: downloaded from the URL pinned in versions.yaml;
-- a release chart (KAITO): downloaded, then `helm template` with the project-built helm;
+- a release chart (KAITO): downloaded, then `helm template` with the user's helm;
 - a mirror folder (`--mirror DIR`): `DIR/<component>/*.yaml`, read as they are.
 
-Every failure is one line naming the component and what to do. The download
-paths cannot be exercised on a machine without internet access; the Go
+Every failure is one line naming the component and what to do. The release
+downloads cannot be exercised on a machine without internet access; the Go
 module path goes through the Go module proxy, which such machines may reach.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from gridloop.bundle import caching
+from gridloop import toolchain
+from gridloop.bundle import caching, modules
 from gridloop.bundle.sources import Kind, Source
-from gridloop.errors import BuildError, GridloopError
-from gridloop.local import building
+from gridloop.errors import BuildError, GridloopError, Unfetchable
 from gridloop.versions import Component
 
 DOWNLOAD_TIMEOUT = 60.0  # seconds; a release asset is a few MB at most
@@ -75,10 +74,11 @@ def download(comp: Component) -> bytes:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
             return bytes(response.read())
     except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = getattr(err, "reason", None) or err
-        raise BuildError(
-            f"{label(comp)}: cannot download {url} ({reason}); put its manifests in "
-            f"DIR/{comp.name}/*.yaml and pass --mirror DIR, or leave it out with --skip {comp.name}"
+        why = f"cannot download {url} ({getattr(err, 'reason', None) or err})"
+        raise Unfetchable(
+            f"{label(comp)}: {why}; put its manifests in DIR/{comp.name}/*.yaml and pass "
+            f"--mirror DIR, or leave it out with --skip {comp.name}",
+            why,
         ) from err
 
 
@@ -101,24 +101,16 @@ def _last_line(log: Path) -> str:
 
 def _tool(name: str, comp: Component) -> str:
     try:
-        return str(building.binary(name))
+        return str(toolchain.helm() if name == "helm" else toolchain.kubectl())
     except GridloopError as err:
         raise BuildError(f"{label(comp)}: rendering it needs {name}: {err}") from err
 
 
 def _module_dir(comp: Component, work: Path, log: Path) -> Path:
-    """Where `go mod download` put the pinned module (Go's own cache, read-only)."""
-    go = building.check_go(f"fetching {label(comp)}")
-    # the same GOFLAGS/GOPROXY/GOMODCACHE as `gridloop local build`
-    env = building._go_env(work)
-    out = _run(
-        [go, "mod", "download", "-json", f"{comp.module}@{comp.version}"],
-        work,
-        log,
-        env,
-        f"{label(comp)}: go mod download {comp.module}@{comp.version}",
-    )
-    return Path(json.loads(out)["Dir"])
+    """The pinned module's files, from the module proxy (cached by version)."""
+    with log.open("a") as fh:
+        fh.write(f"\nmodule {comp.module}@{comp.version} ({comp.sum}) in {modules.folder(comp)}\n")
+    return modules.module_dir(comp)
 
 
 def _concatenate_module_files(source: Source, comp: Component, work: Path, log: Path) -> str:

@@ -89,6 +89,9 @@ def component(comp: Component, observed: Observed, planned: Planned) -> Check:
                 "set dcgmExporter.enabled=false",
             )
         return Check(name, Status.PASS, f"{comp.title}{shown_version} runs ({seen})")
+    left = planned.left_out.get(comp.key)
+    if enabled and left is not None:
+        return _left_out(comp, left, seen, used)
     if enabled and foreign:
         return Check(
             name,
@@ -123,6 +126,24 @@ def component(comp: Component, observed: Observed, planned: Planned) -> Check:
             f"install {comp.title}, or set {comp.key}.enabled=true",
         )
     return Check(name, Status.PASS, f"{comp.title} off and not needed")
+
+
+def _left_out(comp: Component, why: str, seen: str, used: list[str]) -> Check:
+    """The values turn it on, the bundle does not have it."""
+    if seen:
+        return Check(
+            comp.key,
+            Status.PASS,
+            f"{comp.title} runs outside the chart ({seen}); this bundle left it out ({why})",
+        )
+    needs = f": nothing acts on the {', '.join(used)} objects the chart creates" if used else ""
+    return Check(
+        comp.key,
+        Status.WARN,
+        f"{comp.title} is left out of this bundle ({why}) and not installed{needs}",
+        f"a bundle that has it: `gridloop bundle --mirror DIR --tarball`, then --bundle FILE; "
+        f"or set {comp.key}.enabled=false",
+    )
 
 
 def free_names(observed: Observed, planned: Planned) -> Check:

@@ -124,7 +124,7 @@ def chart_flags(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help=f"the chart (default: ./{locating.DEFAULT_BUNDLE} if `gridloop bundle` wrote "
-        "it there, else the repository's charts/gridloop)",
+        "it there, else the package's chart bundled into the cache, fetching what it can)",
     )
     release_flags(p)
 
@@ -194,7 +194,7 @@ def request(args: argparse.Namespace) -> rendering.Request:
             raise UsageError("--bundle and --chart: give one of them")
         chart = bundles.unpack(bundle)
     else:
-        chart = locating.chart_folder(args.chart)
+        chart = locating.chart_folder(args.chart, say=_to_stderr)
     return rendering.Request(
         chart=chart,
         profile=locating.profile_file(chart, args.profile),
@@ -203,6 +203,10 @@ def request(args: argparse.Namespace) -> rendering.Request:
         namespace=args.namespace,
         release=args.release,
     )
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 @dataclass(frozen=True)

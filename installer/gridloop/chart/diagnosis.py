@@ -129,6 +129,8 @@ class Planned:
     kinds: frozenset[str]  # every kind rendered
     flavors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # name -> nodeLabels
     runtime_classes: Mapping[str, str] = field(default_factory=dict)  # name -> handler
+    # values key -> why the bundle left that upstream component out (bundle/bundling.py)
+    left_out: Mapping[str, str] = field(default_factory=dict)
     min_kubernetes: str = "v1.30.0"
     tested_kubernetes: str = "v1.35.4"
 

@@ -11,6 +11,7 @@ import yaml
 from kubernetes import client
 
 from gridloop import versions
+from gridloop.bundle import bundling
 from gridloop.chart import (
     checks,
     commands,
@@ -58,6 +59,7 @@ def diagnose(prepared: Prepared, api: client.ApiClient, kubeconfig: str) -> list
         {key: versions.get(key).version for key in PINNED},
         meta,
         versions.get("kubernetes").version,
+        bundling.left_out(req.chart),
     )
     observed = doctoring.observe(api, prepared.crds, prepared.docs, planned, kubeconfig)
     return checks.evaluate(observed, planned)

@@ -8,6 +8,7 @@ Nothing here runs a tool or opens a connection.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from gridloop.documents import DocumentProblem, read_document
@@ -20,21 +21,29 @@ DEFAULT_BUNDLE = BUNDLE_OUT / "gridloop"
 PROFILES = "profiles"
 
 
-def chart_folder(flag: Path | None) -> Path:
-    """`--chart`, else ./dist/gridloop when a bundle is there, else the repo's chart."""
+def chart_folder(flag: Path | None, say: Callable[[str], None] = lambda _m: None) -> Path:
+    """`--chart`, else ./dist/gridloop when a bundle is there, else the package's chart
+    bundled into the cache (bundle/assembling.py; what it left out is said)."""
     if flag is not None:
         if not (flag / "Chart.yaml").is_file():
             raise UsageError(f"--chart {flag}: no Chart.yaml there")
         return flag
     if (DEFAULT_BUNDLE / "Chart.yaml").is_file():
         return DEFAULT_BUNDLE
-    from gridloop.bundle import charting  # here: `gridloop status` needs only kubeconfig()
+    from gridloop.bundle import assembling, charting  # here: `status` needs only kubeconfig()
 
-    if (charting.REPO_CHART / "Chart.yaml").is_file():
-        return charting.REPO_CHART
-    raise UsageError(
-        f"no chart: run `gridloop bundle` (writes {DEFAULT_BUNDLE}) or pass --chart DIR"
-    )
+    if not (charting.REPO_CHART / "Chart.yaml").is_file():
+        raise UsageError(
+            f"no chart: run `gridloop bundle` (writes {DEFAULT_BUNDLE}) or pass --chart DIR"
+        )
+    assembled = assembling.assemble(say)
+    if assembled.left_out:
+        names = ", ".join(assembled.left_out)
+        say(
+            f"note: left out of the bundle, as they cannot be fetched here: {names}; the chart "
+            "goes on without them (--bundle FILE or `gridloop bundle --mirror DIR` adds them)"
+        )
+    return assembled.chart
 
 
 def known_profiles(chart: Path) -> list[str]:

@@ -17,6 +17,8 @@ from gridloop.chart.values import Layer, SetSyntax, coalesce, user_values
 
 # values keys of the upstream controllers, and of the DCGM exporter
 ENABLED_KEYS = ("kueue", "kuberay", "kaito", "agentSandbox", "dcgmExporter")
+# an upstream component's folder in the bundle (upstream/<component>/) -> its values key
+VALUES_KEY = {"agent-sandbox": "agentSandbox", "dcgm-exporter": "dcgmExporter"}
 DEFAULT_MIN_KUBERNETES = "v1.30.0"
 
 
@@ -54,7 +56,9 @@ def plan(
     pinned: Mapping[str, str],
     chart_meta: Mapping[str, Any],
     tested_kubernetes: str,
+    left_out: Mapping[str, str] | None = None,
 ) -> diagnosis.Planned:
+    """`left_out`: the bundle's components it says it left out (folder name -> why)."""
     return diagnosis.Planned(
         release=release,
         namespace=namespace,
@@ -63,6 +67,7 @@ def plan(
         kinds=frozenset(str(d.get("kind")) for d in docs),
         flavors=objects.flavors(docs),
         runtime_classes=objects.runtime_classes(docs),
+        left_out={VALUES_KEY.get(k, k): why for k, why in (left_out or {}).items()},
         min_kubernetes=min_kubernetes(chart_meta),
         tested_kubernetes=tested_kubernetes,
     )
