@@ -35,13 +35,13 @@ build: setup host-packages
 	$(BIN)/gridloop local build
 
 # start the local cluster with the default simulated GPU fleet, install the bundle on it
-# (KAITO and the DCGM exporter cannot be downloaded here: left out), show the chart's
+# (KAITO cannot be downloaded here: left out), show the chart's
 # controllers and health service running as real pods on the container node, and
 # show the fleet, its queues and the health service's work once (`gridloop status` is the
 # live view)
 demo: build
 	$(BIN)/gridloop local up
-	$(BIN)/gridloop bundle --skip kaito --skip dcgm-exporter
+	$(BIN)/gridloop bundle --skip kaito
 	$(BIN)/gridloop install --profile local --wait
 	@eval "$$($(BIN)/gridloop local env)" && \
 	  kubectl get pods -A -o wide --field-selector spec.nodeName=system-000
@@ -55,12 +55,15 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# unit tests and cluster tests (the latter start their own local cluster)
+# every test: unit tests, those that run the built binaries, and cluster tests (the latter
+# start their own local cluster)
 test: lint build
 	$(BIN)/pytest
 
+# what runs on a fresh clone with no build: not the cluster tests, nor the tests that run
+# the built helm, helm3, kubectl, trivy or promtool (marked needs_binaries)
 test-unit: setup
-	$(BIN)/pytest -m "not cluster"
+	$(BIN)/pytest -m "not cluster and not needs_binaries"
 
 bench: build
 	$(BIN)/python bench/bench_local_up.py

@@ -1,8 +1,13 @@
 """Test harness: one real local cluster per test run, one namespace per test.
 
-Unit tests (tests/unit) need nothing. Cluster tests (tests/cluster, marked
-`cluster`) share one control plane started here on its own ports and state
-directory, so it never collides with a demo cluster a user has running:
+Unit tests (tests/unit) need nothing, except those marked `needs_binaries`: they
+run binaries `gridloop local build` builds into the cache (helm, kubectl, trivy...).
+`make test-unit` leaves them out; run without the build, they fail at setup naming
+what is missing, so a missing binary is never a skip counted as passing.
+
+Cluster tests (tests/cluster, marked `cluster`) share one control plane started here
+on its own ports and state directory, so it never collides with a demo cluster a user
+has running:
 
 - GRIDLOOP_TEST_STATE=DIR reuses a cluster already running from DIR (started
   with `gridloop local up --state-dir DIR ...`) and leaves it running;
@@ -27,7 +32,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gridloop.local import cluster, kube
+from gridloop.errors import BuildError
+from gridloop.local import building, cluster, kube
 from gridloop.local.state import State, load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +44,24 @@ TEST_BASE_PORT = int(os.environ.get("GRIDLOOP_TEST_BASE_PORT", "27400"))
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that stop and restart the shared cluster run after all the others."""
     items.sort(key=lambda item: item.get_closest_marker("restarts_cluster") is not None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `needs_binaries("helm", ...)` test without those binaries built fails, loudly."""
+    names = dict.fromkeys(n for m in item.iter_markers("needs_binaries") for n in m.args)
+    missing = []
+    for name in names:
+        try:
+            building.binary(name)
+        except BuildError as err:
+            missing.append(str(err))
+    if missing:
+        pytest.fail(
+            "; ".join(missing) + " (`make build` builds them; `make test-unit` leaves out "
+            "the tests marked needs_binaries)",
+            pytrace=False,
+        )
 
 
 @dataclass(frozen=True)

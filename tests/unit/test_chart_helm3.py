@@ -13,6 +13,9 @@ from chart_files import CHART, EVERYTHING, PROFILE_NAMES, UPSTREAM_OFF
 from gridloop.errors import BuildError
 from gridloop.local.building import binary
 
+# the real helm 4 and helm 3, built by `gridloop local build`
+pytestmark = pytest.mark.needs_binaries("helm", "helm3")
+
 
 def helm_binary(name: str) -> str:
     try:

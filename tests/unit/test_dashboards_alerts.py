@@ -17,6 +17,9 @@ from gridloop.dashboards.queries import expand
 from gridloop.errors import BuildError
 from gridloop.local.building import binary
 
+# the real promtool, on rules rendered by helm: both from `gridloop local build`
+pytestmark = pytest.mark.needs_binaries("helm", "promtool")
+
 NEW_ALERTS = {
     "GpuFatalFaultNotQuarantined",
     "GridloopHealthNotLeading",

@@ -14,6 +14,9 @@ from gridloop.errors import BuildError
 from gridloop.fleet import FleetError, KueueOptions, load_fleet, parse_fleet
 from gridloop.local.building import binary
 
+# the real helm, built by `gridloop local build`
+needs_helm = pytest.mark.needs_binaries("helm")
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "gridloop"
 DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
@@ -115,6 +118,7 @@ def _helm_template(tmp_path: Path, fleet: dict[str, Any]) -> subprocess.Complete
     )
 
 
+@needs_helm
 def test_the_chart_accepts_a_fleet_file_that_asks_for_kueue(tmp_path: Path) -> None:
     fleet = yaml.safe_load(DEFAULT_FLEET.read_text())
 
@@ -123,6 +127,7 @@ def test_the_chart_accepts_a_fleet_file_that_asks_for_kueue(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
 
 
+@needs_helm
 def test_the_chart_refuses_a_bad_kueue_field_in_the_fleet(tmp_path: Path) -> None:
     result = _helm_template(tmp_path, fleet_doc(kueue={"enabled": "yes"}))
 
