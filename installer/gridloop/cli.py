@@ -25,6 +25,10 @@ COMMANDS = {
     "install": "gridloop.chart.commands",
     "upgrade": "gridloop.chart.commands",
     "doctor": "gridloop.chart.doctor_command",
+    # what the chart's `helm test` hooks run in gridloop's image: base dependencies only
+    "selftest": "gridloop.selftest.selftest_command",
+    # what its pre-delete hook runs, likewise
+    "hooks": "gridloop.hooks.hooks_command",
     "uninstall": "gridloop.chart.uninstall_command",
     "completion": "gridloop.chart.completion",
     "dashboards": "gridloop.dashboards.commands",

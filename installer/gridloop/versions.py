@@ -27,11 +27,22 @@ class Component:
     # a download URL template ({version}, {bare} = version without its leading v),
     # for components that are neither a Go module nor a Debian package
     release: str = ""
+    # the module's go.sum hash (h1:...), for modules gridloop fetches without Go
+    # (bundle/modules.py)
+    sum: str = ""
+    # a container image repository run at this version as its tag, for components the
+    # chart runs but nothing builds or bundles (the vLLM model servers)
+    image: str = ""
 
     @property
     def release_url(self) -> str:
         """`release` with the version filled in ("" when there is none)."""
         return self.release.format(version=self.version, bare=self.version.lstrip("v"))
+
+    @property
+    def image_ref(self) -> str:
+        """`vllm/vllm-openai` at `v0.33.0` -> `vllm/vllm-openai:v0.33.0` ("" without image)."""
+        return f"{self.image}:{self.version}" if self.image else ""
 
     @property
     def minor(self) -> str:
@@ -70,6 +81,8 @@ def load() -> dict[str, Component]:
             module=str(spec.get("module", "")),
             debian=str(spec.get("debian", "")),
             release=str(spec.get("release", "")),
+            image=str(spec.get("image", "")),
+            sum=str(spec.get("sum", "")),
         )
     return out
 

@@ -30,7 +30,7 @@ from gridloop.local import building, cluster
 
 RELEASE = "gridloop-itest"
 NAMESPACE = "gridloop-itest"
-SKIPPED = frozenset({"kaito", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito"})
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 # kept by uninstall (helm.sh/resource-policy: keep), with what users made there
 KEPT_NAMESPACES = (NAMESPACE, "team-default", "agents", "agent-sandbox-system", "kueue-system")
@@ -118,10 +118,10 @@ def installed_platform(
         remove_kept_namespaces(local_cluster.core)
 
 
-def remove_kept_namespaces(core: client.CoreV1Api) -> None:
+def remove_kept_namespaces(core: client.CoreV1Api, kept: tuple[str, ...] = KEPT_NAMESPACES) -> None:
     """Delete what uninstall keeps and wait until it is gone: a terminating namespace of
     this release is a name another release cannot take (doctor's free-names)."""
-    for namespace in KEPT_NAMESPACES:
+    for namespace in kept:
         try:
             core.delete_namespace(namespace, propagation_policy="Background")
         except ApiException as err:
@@ -130,6 +130,6 @@ def remove_kept_namespaces(core: client.CoreV1Api) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         present = {n.metadata.name for n in core.list_namespace().items}
-        if not present & set(KEPT_NAMESPACES):
+        if not present & set(kept):
             return
         time.sleep(0.5)

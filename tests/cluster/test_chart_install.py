@@ -1,8 +1,9 @@
 """`gridloop install` on the local cluster: the bundled chart, installed, upgraded,
 rolled back and uninstalled as a user would, and the state of the world after each.
 
-The bundle is built into a temporary folder without the two components that cannot be
-downloaded here (KAITO, DCGM exporter); the local profile leaves their controllers off.
+The bundle is built into a temporary folder without KAITO, which cannot be downloaded
+here; the local profile leaves its controller off (and the DCGM exporter, whose GPUs are
+simulated here).
 One release is installed for the whole module (in its own namespace, under its own
 name) with the cluster's fleet as values; the last test upgrades, rolls back and
 uninstalls it, and the module's teardown removes whatever a failed test left behind.
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.cluster
 
 TEAM = "default"  # values.yaml's one team: ClusterQueue "default" in namespace team-default
 TEAM_NAMESPACE = "team-default"
-SKIPPED = frozenset({"kaito", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito"})
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 KUEUE_CRDS = {
     "clusterqueues.kueue.x-k8s.io",

@@ -1,8 +1,8 @@
 """`gridloop doctor` against the shared local cluster: as its admin, as a user with no
 rights (a ServiceAccount's token), and with a name the chart needs already taken.
 
-The bundle is built as the chart tests build it (without KAITO and the DCGM
-exporter); doctor renders it with the local profile and the cluster's own fleet.
+The bundle is built as the chart tests build it (without KAITO); doctor renders it
+with the local profile and the cluster's own fleet.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from gridloop.chart import objects, rendering
 pytestmark = pytest.mark.cluster
 
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
-SKIPPED = frozenset({"kaito", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito"})
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.cluster
 
 BASE_PORT = 28900
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
-SKIPPED = frozenset({"kaito", "dcgm-exporter"})
+SKIPPED = frozenset({"kaito"})
 RELEASE = "gl"
 NAMESPACE = "gl-system"
 HEALTH = f"{RELEASE}-gridloop-health"

@@ -1,21 +1,19 @@
 """The bundle's edits to upstream: pinned images, and what ties each component to the chart.
 
-KubeRay lands in the release namespace, the DCGM exporter reads gridloop's counters on
-GPU nodes, and Kueue restarts when the config the chart renders changes.
+KubeRay lands in the release namespace and Kueue restarts when the config the chart
+renders changes. (The DCGM exporter is the chart's own template: nothing to edit.)
 """
 
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
+from chart_files import CHART
 
 from gridloop.bundle import adjustments
-from gridloop.bundle.adjustments import (
-    CONFIG_CHECKSUM,
-    DCGM_COUNTERS_CONFIG_MAP,
-    RELEASE_NAMESPACE,
-)
+from gridloop.bundle.adjustments import CONFIG_CHECKSUM, PLACEHOLDERS, RELEASE_NAMESPACE
 from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import ImagePin, source_for
 from gridloop.versions import Component
@@ -109,64 +107,6 @@ def test_nothing_in_the_namespace_to_move_is_an_error() -> None:
         adjustments.into_release_namespace([_in("ray", _workload("op", "op"))], "default")
 
 
-# --- the DCGM exporter reads gridloop's counters, on GPU nodes ---
-
-
-def test_the_exporter_mounts_gridloops_counters_and_reads_them() -> None:
-    exporter = _workload(
-        "dcgm-exporter",
-        "dcgm-exporter",
-        kind="DaemonSet",
-        volumes=[{"name": "pod-gpu-resources", "hostPath": {"path": "/var/lib/kubelet"}}],
-    )
-    _pod(exporter)["containers"][0]["env"] = [{"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"}]
-
-    (daemonset,) = adjustments.read_gridloop_counters([exporter], "dcgm-exporter", "dcgm-exporter")
-
-    pod = _pod(daemonset)
-    (container,) = pod["containers"]
-    assert container["env"] == [
-        {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
-        {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/gridloop/counters.csv"},
-    ]
-    assert container["volumeMounts"] == [
-        {"name": "gridloop-counters", "mountPath": "/etc/dcgm-exporter/gridloop", "readOnly": True}
-    ]
-    assert pod["volumes"][-1] == {
-        "name": "gridloop-counters",
-        "configMap": {"name": DCGM_COUNTERS_CONFIG_MAP},
-    }
-    assert pod["volumes"][0]["name"] == "pod-gpu-resources"
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms["nodeSelectorTerms"] == [
-        {
-            "matchExpressions": [
-                {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
-            ]
-        }
-    ]
-    # a quarantined (tainted) node must keep reporting, or it is never released
-    assert pod["tolerations"] == [{"operator": "Exists"}]
-    assert "volumeMounts" not in _pod(exporter)["containers"][0], "the input is left alone"
-
-
-def test_an_exporter_flag_that_would_override_the_counters_is_an_error() -> None:
-    exporter = _workload("dcgm-exporter", "dcgm-exporter", kind="DaemonSet")
-    _pod(exporter)["containers"][0]["args"] = ["-f", "/etc/dcgm-exporter/default-counters.csv"]
-
-    with pytest.raises(
-        ManifestProblem, match="'-f', which would override DCGM_EXPORTER_COLLECTORS"
-    ):
-        adjustments.read_gridloop_counters([exporter], "dcgm-exporter", "dcgm-exporter")
-
-
-def test_an_exporter_that_moved_is_an_error() -> None:
-    with pytest.raises(ManifestProblem, match="no DaemonSet 'dcgm-exporter'"):
-        adjustments.read_gridloop_counters(
-            [_workload("dcgm-exporter", "dcgm-exporter")], "dcgm-exporter", "dcgm-exporter"
-        )
-
-
 # --- Kueue restarts when its config changes ---
 
 MOUNTS_CONFIG = {"volumes": [{"name": "c", "configMap": {"name": "kueue-manager-config"}}]}
@@ -208,13 +148,18 @@ def test_kueue_is_pinned_on_a_rendering_and_tied_to_its_chart_rendered_config() 
     assert source.chart_rendered == (("ConfigMap", "kueue-manager-config"),)
 
 
-def test_kuberay_and_the_exporter_are_integrated_from_any_origin() -> None:
+def test_kuberay_is_integrated_from_any_origin() -> None:
     (moved,) = adjustments.integrate(source_for("kuberay"), [KUBERAY[1]])
-    exporter = _workload("dcgm-exporter", "dcgm-exporter", kind="DaemonSet")
-    (mounted,) = adjustments.integrate(source_for("dcgm-exporter"), [exporter])
 
     assert moved["metadata"]["namespace"] == RELEASE_NAMESPACE
-    assert _pod(mounted)["volumes"][-1]["configMap"]["name"] == DCGM_COUNTERS_CONFIG_MAP
+
+
+def test_the_placeholders_are_the_ones_templates_upstream_yaml_fills_in() -> None:
+    """The exporter's counters ConfigMap placeholder went with the exporter's release file."""
+    template = (CHART / "templates" / "upstream.yaml").read_text()
+
+    assert PLACEHOLDERS == (RELEASE_NAMESPACE, CONFIG_CHECKSUM)
+    assert set(re.findall(r"\$\{GRIDLOOP_[A-Z_]+\}", template)) == set(PLACEHOLDERS)
 
 
 @pytest.mark.parametrize(

@@ -64,9 +64,7 @@ def test_crds_go_to_helms_crd_folder_and_the_rest_keeps_upstream_order() -> None
 
 
 def test_a_component_without_crds_gets_no_crd_file() -> None:
-    assert list(manifests.layout("dcgm-exporter", [DEPLOYMENT])) == [
-        "upstream/dcgm-exporter/dcgm-exporter.yaml"
-    ]
+    assert list(manifests.layout("kuberay", [DEPLOYMENT])) == ["upstream/kuberay/kuberay.yaml"]
 
 
 CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kueue-manager-config"}}

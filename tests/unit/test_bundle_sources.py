@@ -19,8 +19,16 @@ def fresh_versions(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     versions.load.cache_clear()
 
 
-def test_the_bundle_carries_the_five_operators_the_chart_installs() -> None:
-    assert COMPONENTS == ("kueue", "kuberay", "kaito", "agent-sandbox", "dcgm-exporter")
+def test_the_bundle_carries_the_four_operators_the_chart_installs() -> None:
+    assert COMPONENTS == ("kueue", "kuberay", "kaito", "agent-sandbox")
+
+
+def test_the_dcgm_exporter_is_the_charts_own_and_pinned_by_version_only() -> None:
+    """No release file to download: versions.yaml pins its image tag, nothing else."""
+    exporter = versions.get("dcgm-exporter")
+
+    assert "dcgm-exporter" not in COMPONENTS
+    assert exporter.version and not exporter.release and not exporter.module
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=list(COMPONENTS))

@@ -2,10 +2,9 @@
 
 Kueue, KubeRay and agent-sandbox are the real renderings of their pinned Go modules
 (from the rendering cache, rendered first if it is empty: that needs the Go module proxy
-and the built kubectl). The DCGM exporter's release file cannot be downloaded here, so a
-file shaped like it (a DaemonSet and a Service named dcgm-exporter, as NVIDIA's
-dcgm-exporter.yaml has them) comes in through `--mirror`; KAITO is left out. The real
-helm (4, and 3 for lint) renders the result; the objects are asserted on."""
+and the built kubectl); KAITO is left out. The DCGM exporter is the chart's own template,
+carried by the bundle's copy of the chart. The real helm (4, and 3 for lint) renders the
+result; the objects are asserted on."""
 
 from __future__ import annotations
 
@@ -23,39 +22,11 @@ from gridloop.bundle import bundling
 from gridloop.errors import BuildError
 from gridloop.local.building import binary
 
+# the real helm 4 and 3, on a bundle rendered with kubectl: built by `gridloop local build`
+pytestmark = pytest.mark.needs_binaries("helm", "helm3", "kubectl")
+
 NAMESPACE = "gridloop-system"
 NOT_BUNDLED = "kaito.enabled=false"
-EXPORTER = """\
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: dcgm-exporter
-  labels: {app.kubernetes.io/name: dcgm-exporter}
-spec:
-  selector: {matchLabels: {app.kubernetes.io/name: dcgm-exporter}}
-  template:
-    metadata: {labels: {app.kubernetes.io/name: dcgm-exporter}}
-    spec:
-      containers:
-        - name: dcgm-exporter
-          image: nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-ubuntu22.04
-          env:
-            - {name: DCGM_EXPORTER_LISTEN, value: ":9400"}
-            - {name: DCGM_EXPORTER_KUBERNETES, value: "true"}
-          ports: [{name: metrics, containerPort: 9400}]
-          volumeMounts: [{name: pod-gpu-resources, mountPath: /var/lib/kubelet/pod-resources}]
-      volumes: [{name: pod-gpu-resources, hostPath: {path: /var/lib/kubelet/pod-resources}}]
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: dcgm-exporter
-  labels: {app.kubernetes.io/name: dcgm-exporter}
-spec:
-  selector: {app.kubernetes.io/name: dcgm-exporter}
-  ports: [{name: metrics, port: 9400}]
-"""
-
 Doc = dict[str, Any]
 
 
@@ -69,14 +40,7 @@ def _helm(name: str) -> str:
 @pytest.fixture(scope="module")
 def bundled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("bundled")
-    (tmp / "mirror" / "dcgm-exporter").mkdir(parents=True)
-    (tmp / "mirror" / "dcgm-exporter" / "dcgm-exporter.yaml").write_text(EXPORTER)
-    request = bundling.Request(
-        out=tmp / "dist",
-        chart=CHART,
-        mirror=tmp / "mirror",
-        skip=frozenset({"kaito"}),
-    )
+    request = bundling.Request(out=tmp / "dist", chart=CHART, skip=frozenset({"kaito"}))
     return bundling.bundle(request).folder
 
 
@@ -155,7 +119,7 @@ def test_every_profile_lints_and_renders_the_bundled_chart_on_helm_4_and_3(
     assert rendered["helm"] == rendered["helm3"]
     if profile not in ("local", "minimal"):  # the profiles that install every upstream part
         assert {("Deployment", "kueue-controller-manager"), ("Deployment", "kuberay-operator"),
-                ("DaemonSet", "dcgm-exporter")} <= rendered["helm"]  # fmt: skip
+                ("DaemonSet", "gridloop-dcgm-exporter")} <= rendered["helm"]  # fmt: skip
 
 
 # --- Kueue's configuration comes from values ---
@@ -264,35 +228,20 @@ def test_kuberay_lands_in_the_release_namespace(bundled: Path, tmp_path: Path) -
         assert {s["namespace"] for s in named(kuberay, kind, name)["subjects"]} == {"ray-ops"}
 
 
-# --- the DCGM exporter reads gridloop's counters ---
+# --- the DCGM exporter is the chart's own ---
 
 
-def test_the_exporter_reads_the_counters_configmap_the_chart_renders(
+def test_the_bundle_runs_the_charts_exporter_on_its_counters_and_bundles_none(
     bundled: Path, tmp_path: Path
 ) -> None:
     docs = render(bundled, tmp_path, "dcgmExporter.counters.configMapName=fleet-counters")
 
-    pod = named(docs, "DaemonSet", "dcgm-exporter")["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
-    mount = next(
-        m for m in container["volumeMounts"] if m["mountPath"] == "/etc/dcgm-exporter/gridloop"
-    )
-    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
-    counters = named(docs, "ConfigMap", "fleet-counters")
-
-    assert volume["configMap"]["name"] == "fleet-counters"
-    assert env["DCGM_EXPORTER_COLLECTORS"] == "/etc/dcgm-exporter/gridloop/counters.csv"
-    assert "counters.csv" in counters["data"]
-    assert pod["tolerations"] == [{"operator": "Exists"}]
-
-
-def test_the_exporter_without_its_counters_configmap_fails_with_what_to_do(
-    bundled: Path, tmp_path: Path
-) -> None:
-    error = render_error(bundled, tmp_path, "dcgmExporter.counters.enabled=false")
-
-    assert "dcgmExporter.counters.enabled is false" in error
+    pod = named(docs, "DaemonSet", "gridloop-dcgm-exporter")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["counters"]["configMap"]["name"] == "fleet-counters"
+    assert "counters.csv" in named(docs, "ConfigMap", "fleet-counters")["data"]
+    assert not (bundled / "upstream" / "dcgm-exporter").exists()
+    assert not [d for d in docs if d["metadata"]["name"] == "dcgm-exporter"]
 
 
 # --- air-gapped: every image from the private registry ---

@@ -33,6 +33,9 @@ from gridloop.health.signals import queries
 from gridloop.local.building import binary
 from gridloop.sim.metrics import METRICS
 
+# the real helm, built by `gridloop local build`
+needs_helm = pytest.mark.needs_binaries("helm")
+
 PROFILES = CHART / "profiles"
 MINIMAL = PROFILES / "minimal.yaml"
 DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
@@ -135,6 +138,7 @@ def named(docs: list[Doc], kind: str, name: str) -> Doc:
 # --- lint and profiles ---
 
 
+@needs_helm
 def test_lint_is_clean_for_the_minimal_profile(helm: list[str]) -> None:
     result = run_helm(helm, "lint", str(CHART), "--strict", "-f", str(MINIMAL))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -143,6 +147,7 @@ def test_lint_is_clean_for_the_minimal_profile(helm: list[str]) -> None:
     assert "funcMap fail" not in result.stderr, result.stderr
 
 
+@needs_helm
 def test_lint_is_clean_with_every_gridloop_part_enabled(helm: list[str]) -> None:
     args = ["lint", str(CHART), "--strict", "-f", str(MINIMAL), "-f", str(EVERYTHING)]
     result = run_helm(helm, *args)
@@ -168,6 +173,7 @@ def test_the_profiles_are_the_issues_and_the_existing_ones() -> None:
 
 
 @pytest.mark.parametrize("profile", PROFILE_NAMES)
+@needs_helm
 def test_every_profile_renders_when_upstream_components_are_disabled(
     render: Render, profile: str
 ) -> None:
@@ -185,6 +191,7 @@ def test_every_profile_renders_when_upstream_components_are_disabled(
         ("multi-region", "topology.kubernetes.io/region"),
     ],
 )
+@needs_helm
 def test_region_profiles_spread_the_health_service_so_one_zone_or_site_can_go(
     render: Render, profile: str, key: str
 ) -> None:
@@ -195,6 +202,7 @@ def test_region_profiles_spread_the_health_service_so_one_zone_or_site_can_go(
     assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == "gridloop-health"
 
 
+@needs_helm
 def test_air_gapped_turns_off_what_reaches_the_internet(render: Render) -> None:
     docs = render(PROFILES / "air-gapped.yaml", sets=(UPSTREAM_OFF,), base=())
     values = yaml.safe_load((PROFILES / "air-gapped.yaml").read_text())
@@ -203,12 +211,14 @@ def test_air_gapped_turns_off_what_reaches_the_internet(render: Render) -> None:
     assert values["kaito"]["enabled"] is False and values["inference"]["offline"] is True
 
 
+@needs_helm
 def test_production_profile_keeps_health_available_through_disruptions(render: Render) -> None:
     docs = render(PROFILES / "production.yaml", sets=(UPSTREAM_OFF,), base=())
     pdb = named(docs, "PodDisruptionBudget", "gridloop-health")
     assert pdb["spec"]["minAvailable"] == 1
 
 
+@needs_helm
 def test_production_profile_refuses_a_noexecute_policy(
     render_error: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -221,6 +231,7 @@ def test_production_profile_refuses_a_noexecute_policy(
 # --- upstream components come from the bundle ---
 
 
+@needs_helm
 def test_enabled_upstream_component_without_bundle_fails_with_what_to_do(
     render_error: Callable[..., str],
 ) -> None:
@@ -231,6 +242,7 @@ def test_enabled_upstream_component_without_bundle_fails_with_what_to_do(
     ) in error
 
 
+@needs_helm
 def test_bundled_upstream_manifests_are_emitted_in_file_order(
     render: Render, tmp_path: Path
 ) -> None:
@@ -262,6 +274,7 @@ def fleet_values(path: Path) -> dict[str, Any]:
     return {"fleet": loaded}
 
 
+@needs_helm
 def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) -> None:
     fleet = load_fleet(DEFAULT_FLEET)
     teams = [
@@ -324,6 +337,7 @@ def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) 
         assert ns["metadata"]["labels"]["gridloop.io/team"] == team["name"]
 
 
+@needs_helm
 def test_flavor_products_and_capacity_match_the_catalog(render: Render, tmp_path: Path) -> None:
     pools = [
         {"name": f"p{i}", "gpu": gpu, "nodes": 3, "gpusPerNode": 4}
@@ -359,6 +373,7 @@ def canonical_gibibytes(n: int) -> str:
     [(1, 8, "2Ti"), (3, 8, "6Ti"), (1, 3, "768Gi"), (4, 3, "3Ti")],
     ids=["2048Gi", "6144Gi", "768Gi", "3072Gi"],
 )
+@needs_helm
 def test_memory_quotas_are_written_as_kubernetes_writes_them_back(
     render: Render, tmp_path: Path, nodes: int, gpus: int, memory: str
 ) -> None:
@@ -386,12 +401,14 @@ def test_schema_gpu_enum_is_the_catalog() -> None:
     assert pool["properties"]["gpu"]["enum"] == sorted(GPU_MODELS)
 
 
+@needs_helm
 def test_a_fleet_without_sites_gives_queues_without_quota(render: Render) -> None:
     docs = render()
     assert of_kind(docs, "ResourceFlavor") == []
     assert "resourceGroups" not in named(docs, "ClusterQueue", "default")["spec"]
 
 
+@needs_helm
 def test_colliding_pool_names_fail_naming_the_pool(
     render_error: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -419,13 +436,14 @@ def test_colliding_pool_names_fail_naming_the_pool(
 # --- inference ---
 
 
+@needs_helm
 def test_vllm_model_streams_from_object_storage(render: Render) -> None:
     docs = render(EVERYTHING)
     deployment = named(docs, "Deployment", "llama-8b")
     pod = deployment["spec"]["template"]
     container = pod["spec"]["containers"][0]
     assert container["command"] + container["args"][:7] == [
-        "vllm", "serve", "s3://models/llama-3.1-8b/", "--load-format", "runai_streamer",
+        "vllm", "serve", "s3://models/llama-3.1-8b/2025-06-01/", "--load-format", "runai_streamer",
         "--served-model-name", "llama-8b", "--port", "8000",
     ]  # fmt: skip
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -447,6 +465,7 @@ def test_vllm_model_streams_from_object_storage(render: Render) -> None:
     assert named(docs, "PodDisruptionBudget", "llama-8b")["spec"]["maxUnavailable"] == 1
 
 
+@needs_helm
 def test_kaito_model_becomes_a_workspace(render: Render) -> None:
     docs = render(EVERYTHING)
     workspace = named(docs, "Workspace", "qwen-72b")
@@ -454,11 +473,12 @@ def test_kaito_model_becomes_a_workspace(render: Render) -> None:
     selector = workspace["resource"]["labelSelector"]["matchLabels"]
     assert selector == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     container = workspace["inference"]["template"]["spec"]["containers"][0]
-    assert container["args"][0] == "gs://models/qwen-72b/"
+    assert container["args"][0] == "gs://models/qwen-72b/v3/"
     assert "--tensor-parallel-size" in container["args"]
     assert not [d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == "qwen-72b"]
 
 
+@needs_helm
 def test_changing_a_revision_rolls_only_that_model(render: Render) -> None:
     before = render(EVERYTHING)
     after = render(EVERYTHING, sets=("inference.models[0].revision=2025-07-01",))
@@ -469,9 +489,16 @@ def test_changing_a_revision_rolls_only_that_model(render: Render) -> None:
     assert old["kind"] == "Deployment"
     old_annotations = old["spec"]["template"]["metadata"].pop("annotations")
     new_annotations = new["spec"]["template"]["metadata"].pop("annotations")
+    # the weights are <uri>/<revision>/: a new revision names new weights
+    old_weights = old["spec"]["template"]["spec"]["containers"][0]["args"].pop(0)
+    new_weights = new["spec"]["template"]["spec"]["containers"][0]["args"].pop(0)
     assert old == new
     assert old_annotations == {"gridloop.io/model-revision": "2025-06-01"}
     assert new_annotations == {"gridloop.io/model-revision": "2025-07-01"}
+    assert (old_weights, new_weights) == (
+        "s3://models/llama-3.1-8b/2025-06-01/",
+        "s3://models/llama-3.1-8b/2025-07-01/",
+    )
 
 
 # --- values the schema refuses ---
@@ -518,6 +545,7 @@ A_MODEL = {"name": "m", "uri": "s3://b/m/", "revision": "1", "gpus": 1, "runtime
         ),
     ],
 )
+@needs_helm
 def test_bad_values_fail_naming_the_key(
     render_error: Callable[..., str], tmp_path: Path, values: dict[str, Any], key: str
 ) -> None:
@@ -526,6 +554,7 @@ def test_bad_values_fail_naming_the_key(
     assert "schema" in error.lower()
 
 
+@needs_helm
 def test_inline_credentials_are_refused_with_the_reason(
     render_error: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -535,6 +564,7 @@ def test_inline_credentials_are_refused_with_the_reason(
     assert "credentialsSecret" in error
 
 
+@needs_helm
 def test_sandbox_runtime_outside_the_allowed_list_fails(render_error: Callable[..., str]) -> None:
     error = render_error(sets=("agentSandbox.template.runtimeClassName=runc",))
     assert "agentSandbox.template.runtimeClassName" in error
@@ -543,18 +573,21 @@ def test_sandbox_runtime_outside_the_allowed_list_fails(render_error: Callable[.
 # --- the health service ---
 
 
+@needs_helm
 def test_health_policy_is_the_repository_policy(render: Render) -> None:
     docs = render()
     config = named(docs, "ConfigMap", "gridloop-health")
     assert config["data"]["health.yaml"].strip() == POLICY.read_text().strip()
 
 
+@needs_helm
 def test_health_policy_override_replaces_the_file(render: Render, tmp_path: Path) -> None:
     policy = "apiVersion: gridloop.io/v1alpha1\nkind: HealthPolicy\nmetadata: {name: x}\nspec: {}\n"
     docs = render(values_file(tmp_path, {"health": {"policy": policy}}))
     assert named(docs, "ConfigMap", "gridloop-health")["data"]["health.yaml"] == policy
 
 
+@needs_helm
 def test_packaged_chart_carries_the_policy_file(helm: list[str], tmp_path: Path) -> None:
     result = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -567,6 +600,7 @@ def test_packaged_chart_carries_the_policy_file(helm: list[str], tmp_path: Path)
         assert extracted.read().decode() == POLICY.read_text()
 
 
+@needs_helm
 def test_health_service_runs_with_leader_election_and_probes(render: Render) -> None:
     docs = render()
     deployment = named(docs, "Deployment", "gridloop-health")
@@ -594,6 +628,7 @@ def rule_grants(rules: list[Doc]) -> set[tuple[str, str, str, str]]:
     }
 
 
+@needs_helm
 def test_health_rbac_grants_exactly_what_the_service_calls(render: Render) -> None:
     docs = render()
     cluster = named(docs, "ClusterRole", "gridloop-health")
@@ -642,6 +677,7 @@ def pod_templates(docs: list[Doc]) -> Iterator[tuple[str, Doc]]:
             yield where, doc["spec"]["podTemplate"]
 
 
+@needs_helm
 def test_every_gridloop_container_is_locked_down(render: Render) -> None:
     docs = render(EVERYTHING)
     templates = list(pod_templates(docs))
@@ -661,6 +697,7 @@ def test_every_gridloop_container_is_locked_down(render: Render) -> None:
                 assert {"cpu", "memory"} <= set(container["resources"][kind]), where
 
 
+@needs_helm
 def test_workloads_select_only_their_own_pods(render: Render) -> None:
     docs = render(EVERYTHING)
     selectors = []
@@ -671,6 +708,7 @@ def test_workloads_select_only_their_own_pods(render: Render) -> None:
     assert len(selectors) == len(set(selectors))
 
 
+@needs_helm
 def test_object_names_fit_in_63_characters(render: Render) -> None:
     long_release = "a-very-long-release-name-for-a-gpu-platform-that-goes-on-and-on"
     docs = render(EVERYTHING, sets=(f"fullnameOverride={long_release}-gridloop",))
@@ -681,6 +719,7 @@ def test_object_names_fit_in_63_characters(render: Render) -> None:
 # --- sandboxes and admission policies ---
 
 
+@needs_helm
 def test_sandbox_namespaces_are_isolated(render: Render) -> None:
     docs = render(EVERYTHING)
     assert named(docs, "RuntimeClass", "gvisor")["handler"] == "runsc"
@@ -698,6 +737,7 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
         assert pool[0]["spec"]["sandboxTemplateRef"] == {"name": "default"}
 
 
+@needs_helm
 def test_sandbox_policy_allows_gvisor_and_kata_and_checks_each_escape(render: Render) -> None:
     docs = render(EVERYTHING)
     policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-sandbox-isolation")
@@ -719,6 +759,7 @@ def test_sandbox_policy_allows_gvisor_and_kata_and_checks_each_escape(render: Re
     assert selector == {"matchLabels": {"gridloop.io/sandbox": "true"}}
 
 
+@needs_helm
 def test_gpu_job_policy_names_the_queue_label(render: Render) -> None:
     docs = render()
     policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-gpu-jobs-queued")
@@ -740,6 +781,7 @@ def test_gpu_job_policy_names_the_queue_label(render: Render) -> None:
 # --- metrics, alerts, dashboards ---
 
 
+@needs_helm
 def test_dcgm_counters_cover_every_metric_the_simulator_serves(render: Render) -> None:
     docs = render()
     csv = named(docs, "ConfigMap", "gridloop-dcgm-counters")["data"]["counters.csv"]
@@ -777,6 +819,7 @@ HEALTH_FIELDS = {
 }
 
 
+@needs_helm
 def test_dcgm_counters_hold_every_health_field_and_all_the_health_service_queries(
     render: Render,
 ) -> None:
@@ -788,6 +831,7 @@ def test_dcgm_counters_hold_every_health_field_and_all_the_health_service_querie
     assert exported >= HEALTH_FIELDS
 
 
+@needs_helm
 def test_gpu_series_get_node_site_and_pool_from_the_node(render: Render) -> None:
     docs = render(EVERYTHING)
     monitor = named(docs, "ServiceMonitor", "gridloop-dcgm-exporter")
@@ -810,6 +854,7 @@ def test_kueue_integrations_default_to_what_the_local_clusters_kueue_runs() -> N
     assert tuple(values["kueue"]["integrations"]) == source_for("kueue").kueue_frameworks
 
 
+@needs_helm
 def test_monitoring_objects_carry_the_prometheus_selector_labels(render: Render) -> None:
     docs = render(EVERYTHING, sets=("monitoring.labels.release=prom",))
     monitors = [d for d in docs if d["kind"] in ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
@@ -827,6 +872,7 @@ def alerts(docs: list[Doc]) -> dict[str, Doc]:
     }
 
 
+@needs_helm
 def test_xid_alert_covers_the_policy_quarantine_class(render: Render, tmp_path: Path) -> None:
     quarantine = yaml.safe_load(POLICY.read_text())["spec"]["xid"]["quarantine"]
     expr = alerts(render())["GpuXidQuarantineClass"]["expr"]
@@ -839,6 +885,7 @@ def test_xid_alert_covers_the_policy_quarantine_class(render: Render, tmp_path: 
     assert {int(c) for c in re.findall(r"== (\d+)", expr)} == (set(quarantine) - {79}) | {13}
 
 
+@needs_helm
 def test_health_service_alerts_fire_when_it_is_stuck(render: Render) -> None:
     rules = alerts(render())
     assert "gridloop_health_cycle_seconds_count" in rules["GridloopHealthNoCycle"]["expr"]
@@ -850,6 +897,7 @@ def test_health_service_alerts_fire_when_it_is_stuck(render: Render) -> None:
     assert {"GpuEccDoubleBitErrors", "GpuRowRemapFailure"} <= set(rules)
 
 
+@needs_helm
 def test_dashboards_become_sidecar_configmaps(render: Render) -> None:
     docs = render()
     boards = [
@@ -887,6 +935,7 @@ def test_every_values_key_has_a_comment_above_it() -> None:
     assert uncommented == []
 
 
+@needs_helm
 def test_inline_credentials_are_refused_whatever_their_value(
     render_error: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -915,12 +964,14 @@ def notes(helm: list[str]) -> Callable[..., str]:
     return go
 
 
+@needs_helm
 def test_notes_warn_about_nothing_with_safe_defaults(notes: Callable[..., str]) -> None:
     text = notes(EVERYTHING)
     assert "WARNING" not in text
     assert "http://llama-8b.gridloop-system.svc:8000/v1" in text
 
 
+@needs_helm
 def test_notes_warn_about_unsafe_settings(notes: Callable[..., str], tmp_path: Path) -> None:
     policy = yaml.safe_load(POLICY.read_text())
     policy["spec"]["limits"]["fleet"]["maxPercent"] = 80

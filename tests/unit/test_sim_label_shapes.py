@@ -52,6 +52,9 @@ from gridloop.sim.label_shapes import (
     pod_name,
 )
 
+# the real promtool, built by `gridloop local build`
+needs_promtool = pytest.mark.needs_binaries("promtool")
+
 LEGACY, NODENAME, LOWERCASE, PODNAME = (
     LabelShape.LEGACY,
     LabelShape.NODENAME,
@@ -424,6 +427,7 @@ def promtool_expects(
 
 
 @pytest.mark.parametrize("shape", list(LabelShape), ids=lambda s: s.value)
+@needs_promtool
 def test_xid_changes_count_once_per_gpu_whether_or_not_each_code_is_its_own_series(
     shape: LabelShape, tmp_path: Path
 ) -> None:
@@ -439,6 +443,7 @@ def test_xid_changes_count_once_per_gpu_whether_or_not_each_code_is_its_own_seri
     )
 
 
+@needs_promtool
 def test_counting_changes_of_each_labelled_series_would_never_see_a_repeat(
     tmp_path: Path,
 ) -> None:

@@ -45,6 +45,26 @@ def test_each_upstream_is_pinned_to_a_release_version(name: str) -> None:
     assert SEMVER.fullmatch(versions.get(name).version)
 
 
+def test_vllm_is_pinned_as_the_image_the_chart_runs() -> None:
+    vllm = versions.get("vllm")
+
+    # nothing builds, unpacks or downloads it: the chart runs the image at that tag
+    assert (vllm.module, vllm.debian, vllm.release) == ("", "", "")
+    assert SEMVER.fullmatch(vllm.version)
+    assert vllm.image_ref == f"vllm/vllm-openai:{vllm.version}"
+
+
+def test_an_image_entry_is_read_with_its_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pinned = tmp_path / "versions.yaml"
+    pinned.write_text("vllm:\n  version: v0.33.0\n  image: vllm/vllm-openai\n")
+    monkeypatch.setenv("GRIDLOOP_VERSIONS_FILE", str(pinned))
+
+    assert versions.get("vllm").image_ref == "vllm/vllm-openai:v0.33.0"
+    assert versions.Component("etcd", "v3.6.16", "go.etcd.io/etcd/server/v3").image_ref == ""
+
+
 def test_etcd_is_3_6_as_current_kube_apiservers_want() -> None:
     assert versions.get("etcd").version.startswith("v3.6.")
 

@@ -181,6 +181,15 @@ has that kind, as Kueue's own Helm chart renders them. Upstream's manifests make
 closed in every namespace but kube-system and kueue-system: while Kueue's pod is down (its
 node lost, a rollout) no pod, Deployment or StatefulSet could be created anywhere else,
 gridloop's health service and model servers included, though Kueue manages none of them.
+
+The webhooks of Kueue's own configuration kinds (ClusterQueue, ResourceFlavor, Cohort)
+fail open for the objects this chart renders (label gridloop.kueueFailOpenLabel) and stay
+closed for everyone else's: a plain `helm install` creates Kueue and its queues in one
+go, before Kueue's webhook answers, and would be refused. Each such webhook gets a copy
+named <name>.gridloop.kb.io (same service and rules) for the labelled objects, with
+failurePolicy Ignore; the original skips them. What is skipped for them while Kueue is
+down: its defaulting adds only the kueue.x-k8s.io/resource-in-use finalizer, which the
+chart renders itself, and its validation of objects the chart built from checked values.
 Call with (list $ text): `text` is Kueue's upstream manifests, the other documents verbatim.
 */ -}}
 {{- define "gridloop.kueueWebhookPolicies" -}}
@@ -193,12 +202,28 @@ Call with (list $ text): `text` is Kueue's upstream manifests, the other documen
 {{- $obj = fromYaml $doc }}
 {{- end }}
 {{- if and $obj (has (get $obj "kind") (list "MutatingWebhookConfiguration" "ValidatingWebhookConfiguration")) }}
+{{- $label := include "gridloop.kueueFailOpenLabel" $root }}
+{{- $webhooks := list }}
 {{- range $w := $obj.webhooks }}
 {{- $kind := regexReplaceAll "^[mv]([a-z]+)[.]kb[.]io$" $w.name "${1}" }}
 {{- if and (has $kind $optional) (not (has $kind $root.Values.kueue.integrations)) }}
 {{- $_ := set $w "failurePolicy" "Ignore" }}
 {{- end }}
+{{- if has $kind (list "clusterqueue" "resourceflavor" "cohort") }}
+{{- $ours := deepCopy $w }}
+{{- $_ := set $ours "name" (regexReplaceAll "[.]kb[.]io$" $w.name ".gridloop.kb.io") }}
+{{- $_ := set $ours "failurePolicy" "Ignore" }}
+{{- $_ := set $ours "objectSelector" (dict "matchExpressions" (list (dict "key" $label "operator" "Exists"))) }}
+{{- $selector := $w.objectSelector | default dict }}
+{{- $_ := set $selector "matchExpressions" (append ($selector.matchExpressions | default list) (dict "key" $label "operator" "DoesNotExist")) }}
+{{- $_ := set $w "objectSelector" $selector }}
+{{- $webhooks = append $webhooks $w }}
+{{- $webhooks = append $webhooks $ours }}
+{{- else }}
+{{- $webhooks = append $webhooks $w }}
 {{- end }}
+{{- end }}
+{{- $_ := set $obj "webhooks" $webhooks }}
 ---
 {{ toYaml $obj }}
 {{- else if trim $doc }}
@@ -221,4 +246,22 @@ systemNodes.nodeSelector as JSON, without the labels a later values file set to 
 {{- end }}
 {{- end }}
 {{- toJson $out }}
+{{- end }}
+
+{{- /*
+Why the bundle left an upstream component out (its upstream/<dir>/LEFT-OUT file, written
+by `gridloop bundle --skip` or by `gridloop render`/`install` when it could not be
+fetched), or "" when it did not. Call with (list $ "<dir>").
+*/ -}}
+{{- define "gridloop.leftOut" -}}
+{{- $root := index . 0 -}}
+{{- (($root.Files.Get (printf "upstream/%s/LEFT-OUT" (index . 1))) | default "") | trim -}}
+{{- end }}
+
+{{- /*
+The label on the Kueue configuration objects this chart renders, for which Kueue's own
+webhooks fail open (gridloop.kueueWebhookPolicies).
+*/ -}}
+{{- define "gridloop.kueueFailOpenLabel" -}}
+gridloop.io/kueue-webhooks-fail-open
 {{- end }}

@@ -85,7 +85,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_status)
 
 
-def _api(kubeconfig: Path | None, connections: int = 0) -> client.ApiClient:
+def api_client(kubeconfig: Path | None, connections: int = 0) -> client.ApiClient:
+    """In a pod, its ServiceAccount; elsewhere `kubeconfig`, $KUBECONFIG or ~/.kube/config
+    (also what the chart's hook pods use: gridloop.selftest, gridloop.hooks)."""
     conf = client.Configuration()
     # one connection per concurrent node action and Event sender, so none is opened and thrown away
     conf.connection_pool_maxsize = max(conf.connection_pool_maxsize, connections + 2)
@@ -123,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gridloop.health.service import HealthService
     from gridloop.health.watching import NodeCache
 
-    api = _api(args.kubeconfig, connections=args.workers + EVENT_WORKERS)
+    api = api_client(args.kubeconfig, connections=args.workers + EVENT_WORKERS)
     prom = connect(args.prometheus_url)
     metrics = Metrics()
     log = _logger()
@@ -179,7 +181,7 @@ def _logger() -> Callable[[str], None]:
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
-    core = client.CoreV1Api(_api(args.kubeconfig))
+    core = client.CoreV1Api(api_client(args.kubeconfig))
     before = status.load(core, args.namespace).breaker
     # the quota removal window is cleared too: the operator has looked at the fleet
     status.save(core, args.namespace, breakers.reset(before), {"resetBy": "gridloop health"})
@@ -191,7 +193,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    core = client.CoreV1Api(_api(args.kubeconfig))
+    core = client.CoreV1Api(api_client(args.kubeconfig))
     saved = status.load(core, args.namespace)
     b = saved.breaker
     removed = sum(r.gpus for r in saved.removals)

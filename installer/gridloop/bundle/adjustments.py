@@ -9,7 +9,7 @@ staging image kustomize leaves in); it only runs on renderings. `integrate`
 ties a component to the chart and runs on every origin, mirrors included:
 a mirror is the upstream release copied for a machine that cannot download
 it, and without these edits it would not work with the chart. What only the
-release knows (its namespace, a value, a checksum) is written as a
+release knows (its namespace, a checksum) is written as a
 placeholder that templates/upstream.yaml fills in; PLACEHOLDERS lists them.
 """
 
@@ -23,22 +23,13 @@ from gridloop.bundle.manifests import Doc, ManifestProblem, name_of
 from gridloop.bundle.sources import ImagePin, Source
 from gridloop.versions import Component
 
-# Filled in by templates/upstream.yaml (keep the two in step): the release namespace,
-# dcgmExporter.counters.configMapName, and the checksum of the config the chart renders
-# for the component (templates/kueue-config.yaml for Kueue).
+# Filled in by templates/upstream.yaml (keep the two in step): the release namespace and
+# the checksum of the config the chart renders for the component
+# (templates/kueue-config.yaml for Kueue).
 RELEASE_NAMESPACE = "${GRIDLOOP_RELEASE_NAMESPACE}"
-DCGM_COUNTERS_CONFIG_MAP = "${GRIDLOOP_DCGM_COUNTERS_CONFIG_MAP}"
 CONFIG_CHECKSUM = "${GRIDLOOP_CONFIG_CHECKSUM}"
-PLACEHOLDERS = (RELEASE_NAMESPACE, DCGM_COUNTERS_CONFIG_MAP, CONFIG_CHECKSUM)
+PLACEHOLDERS = (RELEASE_NAMESPACE, CONFIG_CHECKSUM)
 
-# Where the DCGM exporter finds gridloop's counters, and the variable that points it there
-# (its `-f`/`--collectors` flag reads DCGM_EXPORTER_COLLECTORS).
-COUNTERS_DIR = "/etc/dcgm-exporter/gridloop"
-COUNTERS_FILE = f"{COUNTERS_DIR}/counters.csv"
-COLLECTORS_ENV = "DCGM_EXPORTER_COLLECTORS"
-COUNTERS_VOLUME = "gridloop-counters"
-# Nodes with an NVIDIA GPU, as GPU feature discovery (and gridloop's fleet) labels them.
-GPU_NODE = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
 CONFIG_CHECKSUM_ANNOTATION = "gridloop.io/config-checksum"
 
 _TEMPLATE_KINDS = ("Deployment", "DaemonSet", "StatefulSet")
@@ -55,8 +46,6 @@ def integrate(source: Source, docs: list[Doc]) -> list[Doc]:
     """`docs` with every edit that ties `source`'s component to the chart."""
     if source.release_namespace_from:
         docs = into_release_namespace(docs, source.release_namespace_from)
-    if source.dcgm_counters is not None:
-        docs = read_gridloop_counters(docs, *source.dcgm_counters)
     for kind, name in source.chart_rendered:
         if kind == "ConfigMap":
             docs = restart_on_config_change(docs, name)
@@ -148,56 +137,6 @@ def _fields_naming(value: object, namespace: str, path: str = "") -> Iterator[st
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _fields_naming(item, namespace, f"{path}[{index}]")
-
-
-def read_gridloop_counters(docs: list[Doc], daemonset: str, container: str) -> list[Doc]:
-    """The exporter DaemonSet reading gridloop's counters ConfigMap, on GPU nodes only.
-
-    It tolerates every taint: a node the health service quarantined must still report,
-    or it could never be found healthy again.
-    """
-    out: list[Doc] = []
-    found = False
-    for doc in docs:
-        if doc.get("kind") == "DaemonSet" and name_of(doc) == daemonset:
-            doc = copy.deepcopy(doc)
-            _mount_counters(_container(doc, container))
-            pod = _pod(doc)
-            volumes = [v for v in pod.get("volumes") or [] if v.get("name") != COUNTERS_VOLUME]
-            volumes.append(
-                {"name": COUNTERS_VOLUME, "configMap": {"name": DCGM_COUNTERS_CONFIG_MAP}}
-            )
-            pod["volumes"] = volumes
-            pod["affinity"] = {
-                **(pod.get("affinity") or {}),
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [GPU_NODE]}]
-                    }
-                },
-            }
-            pod["tolerations"] = [{"operator": "Exists"}]
-            found = True
-        out.append(doc)
-    if not found:
-        raise ManifestProblem(f"no DaemonSet {daemonset!r} (the DCGM exporter)")
-    return out
-
-
-def _mount_counters(container: dict[str, Any]) -> None:
-    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
-    for arg in args:
-        if arg in ("-f", "--collectors") or arg.startswith(("-f=", "--collectors=")):
-            raise ManifestProblem(
-                f"container {container.get('name')!r} passes {arg!r}, which would override "
-                f"{COLLECTORS_ENV}"
-            )
-    env = [e for e in container.get("env") or [] if e.get("name") != COLLECTORS_ENV]
-    env.append({"name": COLLECTORS_ENV, "value": COUNTERS_FILE})
-    container["env"] = env
-    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") != COUNTERS_VOLUME]
-    mounts.append({"name": COUNTERS_VOLUME, "mountPath": COUNTERS_DIR, "readOnly": True})
-    container["volumeMounts"] = mounts
 
 
 def restart_on_config_change(docs: list[Doc], config_map: str) -> list[Doc]:

@@ -8,9 +8,12 @@ points at a staging registry or a `:main` tag.
 
 Besides the image, a source names what ties the component to the chart: an
 object the chart renders from values (upstream's copy becomes its base), the
-namespace upstream hard-codes (moved to the release namespace), the exporter
-that must read the chart's counters. Those edits hold for every origin,
-mirrors included; see adjustments.py.
+namespace upstream hard-codes (moved to the release namespace). Those edits
+hold for every origin, mirrors included; see adjustments.py.
+
+The DCGM exporter is not a source: the chart runs it from its own template
+(templates/dcgm-exporter.yaml, its image tag pinned by versions.yaml's
+dcgm-exporter), since NVIDIA's release file cannot be downloaded everywhere.
 """
 
 from __future__ import annotations
@@ -64,8 +67,6 @@ class Source:
     chart_rendered: tuple[tuple[str, str], ...] = ()
     # the namespace upstream puts its objects in, moved to the release namespace
     release_namespace_from: str = ""
-    # (DaemonSet, container) that must read the chart's DCGM counters ConfigMap
-    dcgm_counters: tuple[str, str] | None = None
     # (Deployment, container, flag) the chart's objects depend on, and where upstream
     # sets it: checked on every origin, so a mirror missing it fails the bundle
     needs_flag: tuple[str, str, str] | None = None
@@ -152,13 +153,6 @@ SOURCES: tuple[Source, ...] = (
             "upstream's extensions.yaml sets it; in a mirror it must come after manifest.yaml "
             "in name order (1-manifest.yaml, 2-extensions.yaml)"
         ),
-    ),
-    # The release file's DaemonSet reads the image's built-in counters; gridloop's
-    # (with every health field) come from the chart's ConfigMap.
-    Source(
-        component="dcgm-exporter",
-        kind=Kind.YAML,
-        dcgm_counters=("dcgm-exporter", "dcgm-exporter"),
     ),
 )
 

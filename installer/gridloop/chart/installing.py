@@ -118,8 +118,10 @@ def stored_manifest(request: Request, target: Target) -> str:
 
 
 def uninstall(release: str, namespace: str, target: Target) -> str:
+    """`helm uninstall`, without the chart's pre-delete hook: `gridloop uninstall` has
+    deleted the release's queues itself, which is all that hook does."""
     cmd = [str(toolchain.helm(target.kubeconfig)), *target.helm_flags(), "uninstall", release]
-    cmd += ["--namespace", namespace, "--wait", "--timeout", target.timeout]
+    cmd += ["--namespace", namespace, "--wait", "--timeout", target.timeout, "--no-hooks"]
     return _run(cmd, target, f"helm uninstall {release}", helm_output=True).strip()
 
 

@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from gridloop import toolchain
 from gridloop.bundle import charting
 from gridloop.chart import locating, messages
@@ -49,6 +51,7 @@ class Rendered:
     crds: int  # objects from crds/
     objects: int  # objects from templates
     manifest: str  # the templates' part: what Helm records as the release's manifest
+    hooks: int = 0  # Helm hooks (helm test): in `text`, not in the manifest
 
 
 def check_values(request: Request) -> None:
@@ -86,14 +89,15 @@ _SOURCE = re.compile(r"^# Source: (\S+)", re.MULTILINE)
 
 
 def split(text: str, chart_name: str) -> Rendered:
-    """Count what `helm template --include-crds` printed, and cut out the manifest.
+    """Count what `helm template --include-crds` printed, and cut out the manifest (the
+    templates' objects without Helm's hooks).
 
     Helm marks each file with `# Source: <chart>/<path>`; the documents after a mark
     (an upstream file holds many) belong to it until the next one.
     """
     crd_prefix = f"{chart_name}/crds/"
     source = ""
-    crds = objects = 0
+    crds = objects = hooks = 0
     manifest: list[str] = []
     for chunk in _SEPARATOR.split(text):
         mark = _SOURCE.search(chunk)
@@ -103,8 +107,24 @@ def split(text: str, chart_name: str) -> Rendered:
             continue
         if source.startswith(crd_prefix):
             crds += 1
+        elif _is_hook(chunk):
+            hooks += 1
         else:
             objects += 1
             manifest.append(chunk.strip("\n"))
     body = "".join(f"---\n{chunk}\n" for chunk in manifest)
-    return Rendered(text=text, crds=crds, objects=objects, manifest=body)
+    return Rendered(text=text, crds=crds, objects=objects, manifest=body, hooks=hooks)
+
+
+def _is_hook(chunk: str) -> bool:
+    """A Helm hook (`helm test` pods and their RBAC): Helm runs it at its hook, and keeps
+    it out of the release's manifest; so does this (only chunks naming the annotation
+    are parsed)."""
+    if "helm.sh/hook" not in chunk:
+        return False
+    try:
+        doc = yaml.safe_load(chunk)
+    except yaml.YAMLError:
+        return False
+    annotations = (doc.get("metadata") or {}).get("annotations") if isinstance(doc, dict) else None
+    return isinstance(annotations, dict) and "helm.sh/hook" in annotations

@@ -94,6 +94,8 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
             print(f"  ✓ kueue      {gone} queues and flavors of the release deleted first")
         installing.uninstall(release, namespace, where)
         print(f"  ✓ release {release} uninstalled (revision {existing.revision}, {namespace})")
+        for test_namespace in _delete_test_namespaces(api, release, namespace):
+            print(f"  ✓ tests      namespace {test_namespace} of `helm test` deleted")
     if args.purge:
         _delete_crds(api, crds, readiness.seconds(where.timeout))
         forced = f", with {len(left)} custom resources" if left else ""
@@ -172,6 +174,28 @@ def _delete_kueue_objects(
                 "(workloads still admitted in them? kubectl get workloads -A)"
             )
     return count
+
+
+def _delete_test_namespaces(api: client.ApiClient, release: str, namespace: str) -> list[str]:
+    """The scratch namespaces the chart's `helm test` hooks leave (a hook Helm does not
+    delete on success: see templates/tests/test-policies.yaml), deleted without waiting."""
+    from kubernetes import client as k8s
+    from kubernetes.client.rest import ApiException
+
+    core = k8s.CoreV1Api(api)
+    selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component=tests"
+    gone = []
+    for item in core.list_namespace(label_selector=selector).items:
+        annotations = item.metadata.annotations or {}
+        if "helm.sh/hook" not in annotations or item.metadata.deletion_timestamp:
+            continue
+        try:
+            core.delete_namespace(item.metadata.name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        gone.append(str(item.metadata.name))
+    return sorted(gone)
 
 
 def _kept_namespaces(api: client.ApiClient, release: str, namespace: str) -> list[str]:

@@ -306,6 +306,7 @@ def kwok(binary: Path, ports: Ports, pki: Path, config: Path, node_label: str) -
 
 
 SCRAPE_INTERVAL = "5s"
+LABEL_SHAPE = "nodename"  # gridloop.sim.label_shapes
 EXPORTER_JOB = "dcgm-exporter"
 KUEUE_JOB = "kueue"
 HEALTH_NAMESPACE = "gridloop-system"
@@ -315,7 +316,8 @@ def dcgm_sim(
     python: Path, ports: Ports, fleet: Path, faults: Path, kubeconfig: Path | None = None
 ) -> list[str]:
     """The simulated exporters; with `kubeconfig`, also the pod discovery Prometheus
-    reads (container nodes)."""
+    reads (container nodes). Their series are shaped as the chart's own dcgm-exporter 4.x
+    writes them (NODE_NAME set: `Hostname` is the node; err_code/err_msg on XIDs)."""
     return [
         str(python),
         "-m",
@@ -323,6 +325,7 @@ def dcgm_sim(
         f"--fleet={fleet}",
         f"--faults={faults}",
         f"--port={ports.dcgm_sim}",
+        f"--label-shape={LABEL_SHAPE}",
         *([f"--kubeconfig={kubeconfig}"] if kubeconfig else []),
     ]
 
