@@ -198,7 +198,7 @@ def test_an_application_xid_once_is_not_a_quarantine(
         service.cycle()
         time.sleep(0.5)
     prom = PrometheusConnect(url=f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
-    seen = prom.custom_query(f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{fresh}",gpu="2"}}')
+    seen = prom.custom_query(f'DCGM_FI_DEV_XID_ERRORS{{node="{fresh}",gpu="2"}}')
     assert seen and seen[0]["value"][1] == "13"
     reasons = {
         n: local_cluster.core.read_node(n).metadata.annotations.get("health.gridloop.io/reason")

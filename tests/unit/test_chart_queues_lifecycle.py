@@ -147,3 +147,17 @@ def test_queues_are_deleted_local_queues_first_and_flavors_last() -> None:
 def test_a_local_queue_is_namespace_slash_name(bad: str) -> None:
     with pytest.raises(ValueError, match=f"--localqueue {bad}: want NAMESPACE/NAME"):
         queue_removal.parse_local_queue(bad)
+
+
+@needs_helm
+def test_without_the_charts_kueue_no_finalizer_is_rendered(
+    bundled: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Only Kueue's controller removes it: with none (or another Kueue, whose own webhook
+    adds it), a rendered finalizer would make every deletion of the queues hang."""
+    docs = _render(bundled, tmp_path, "kueue.enabled=false")
+
+    queues = [d for d in docs if d["kind"] in ("ClusterQueue", "ResourceFlavor")]
+    assert queues
+    assert all("finalizers" not in d["metadata"] for d in queues)

@@ -306,7 +306,9 @@ def kwok(binary: Path, ports: Ports, pki: Path, config: Path, node_label: str) -
 
 
 SCRAPE_INTERVAL = "5s"
-LABEL_SHAPE = "nodename"  # gridloop.sim.label_shapes
+# gridloop.sim.label_shapes: what the chart's exporter at the pinned 4.6.0-4.8.3 writes
+# with NODE_NAME (4.8.3 renamed Hostname to hostname; err_code/err_msg on XIDs)
+LABEL_SHAPE = "lowercase"
 EXPORTER_JOB = "dcgm-exporter"
 KUEUE_JOB = "kueue"
 HEALTH_NAMESPACE = "gridloop-system"
@@ -316,8 +318,8 @@ def dcgm_sim(
     python: Path, ports: Ports, fleet: Path, faults: Path, kubeconfig: Path | None = None
 ) -> list[str]:
     """The simulated exporters; with `kubeconfig`, also the pod discovery Prometheus
-    reads (container nodes). Their series are shaped as the chart's own dcgm-exporter 4.x
-    writes them (NODE_NAME set: `Hostname` is the node; err_code/err_msg on XIDs)."""
+    reads (container nodes). Their series are shaped as the chart's own dcgm-exporter
+    writes them (LABEL_SHAPE)."""
     return [
         str(python),
         "-m",

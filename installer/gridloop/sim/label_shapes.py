@@ -70,8 +70,10 @@ DEFAULT_SHAPE = LabelShape.LEGACY
 SHAPES: Mapping[LabelShape, str] = MappingProxyType(
     {
         LabelShape.LEGACY: "Hostname is the node's name; XID without err_code/err_msg",
-        LabelShape.NODENAME: "dcgm-exporter 4.x with NODE_NAME: Hostname is the node's name",
-        LabelShape.LOWERCASE: "dcgm-exporter 4.x, the host label spelled hostname",
+        LabelShape.NODENAME: "dcgm-exporter 3.3.6 to 4.8.2 with NODE_NAME: Hostname is the "
+        "node's name",
+        LabelShape.LOWERCASE: "dcgm-exporter 4.8.3 on (the pinned 4.6.0-4.8.3) with NODE_NAME: "
+        "hostname is the node's name",
         LabelShape.PODNAME: "dcgm-exporter 4.x without NODE_NAME: Hostname is the pod's name, "
         "the node only in the scrape's node label",
     }
