@@ -204,3 +204,16 @@ def test_the_notes_say_nothing_of_a_left_out_component_the_values_turn_off(
 
     assert done.returncode == 0, done.stderr
     assert "left kaito out" not in done.stdout
+
+
+def test_the_chart_knows_every_component_the_bundle_adds() -> None:
+    """upstream.yaml emits, NOTES.txt reports and doctor maps to values keys the same
+    components the bundle writes (gridloop.upstreamComponents in _helpers.tpl)."""
+    from gridloop.chart.planning import VALUES_KEY
+
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    define = helpers.split('define "gridloop.upstreamComponents"', 1)[1].split("{{- end }}", 1)[0]
+    pairs = re.findall(r'"key" "([^"]+)" "dir" "([^"]+)"', define)
+
+    assert [d for _, d in pairs] == list(COMPONENTS)
+    assert {d: k for k, d in pairs if k != d} == VALUES_KEY

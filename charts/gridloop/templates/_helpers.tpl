@@ -265,3 +265,17 @@ webhooks fail open (gridloop.kueueWebhookPolicies).
 {{- define "gridloop.kueueFailOpenLabel" -}}
 gridloop.io/kueue-webhooks-fail-open
 {{- end }}
+
+{{- /*
+The upstream components `gridloop bundle` adds, as JSON: each one's values key, its
+folder under upstream/ (and name in versions.yaml) and its title. upstream.yaml emits
+them; NOTES.txt says which the bundle left out.
+*/ -}}
+{{- define "gridloop.upstreamComponents" -}}
+{{- list
+  (dict "key" "kueue" "dir" "kueue" "title" "Kueue")
+  (dict "key" "kuberay" "dir" "kuberay" "title" "KubeRay")
+  (dict "key" "kaito" "dir" "kaito" "title" "KAITO")
+  (dict "key" "agentSandbox" "dir" "agent-sandbox" "title" "agent-sandbox")
+  | toJson }}
+{{- end }}

@@ -18,7 +18,7 @@ from gridloop.chart.values import Layer, SetSyntax, coalesce, user_values
 # values keys of the upstream controllers, and of the DCGM exporter
 ENABLED_KEYS = ("kueue", "kuberay", "kaito", "agentSandbox", "dcgmExporter")
 # an upstream component's folder in the bundle (upstream/<component>/) -> its values key
-VALUES_KEY = {"agent-sandbox": "agentSandbox", "dcgm-exporter": "dcgmExporter"}
+VALUES_KEY = {"agent-sandbox": "agentSandbox"}
 DEFAULT_MIN_KUBERNETES = "v1.30.0"
 
 

@@ -116,64 +116,48 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
-KUEUE_KINDS = ("localqueues", "clusterqueues", "resourceflavors")  # in deletion order
+KUEUE_KINDS = ("localqueues", "clusterqueues", "resourceflavors")
 
 
 def _delete_kueue_objects(
     api: client.ApiClient, release: str, namespace: str, timeout: float
 ) -> int:
-    """Delete the release's Kueue objects and wait until their finalizers let them go;
-    how many there were. Nothing when Kueue's CRDs are not served."""
+    """Delete the release's Kueue objects and wait until their finalizers let them go
+    (queue_removal, what the chart's pre-delete hook runs); how many there were. Nothing
+    when Kueue's CRDs are not served."""
     from kubernetes import client as k8s
     from kubernetes.client.rest import ApiException
 
+    from gridloop.hooks import queue_removal
+    from gridloop.hooks.queue_removal import Queue
+
     custom = k8s.CustomObjectsApi(api)
     selector = f"app.kubernetes.io/instance={release}"
-
-    def mine(plural: str) -> list[dict[str, Any]]:
+    queues = []
+    for plural in KUEUE_KINDS:
         try:
             found = custom.list_cluster_custom_object(
-                "kueue.x-k8s.io", "v1beta2", plural, label_selector=selector
+                queue_removal.GROUP, queue_removal.VERSION, plural, label_selector=selector
             )
         except ApiException as err:
             if err.status == 404:
-                return []
+                continue
             raise
-        return [
-            o
+        queues += [
+            Queue(plural, o["metadata"]["name"], o["metadata"].get("namespace") or "")
             for o in found.get("items") or []
             if (o["metadata"].get("annotations") or {}).get("meta.helm.sh/release-namespace")
             == namespace
         ]
-
-    count = 0
-    for plural in KUEUE_KINDS:
-        objects_ = mine(plural)
-        count += len(objects_)
-        for obj in objects_:
-            meta = obj["metadata"]
-            try:
-                if meta.get("namespace"):
-                    custom.delete_namespaced_custom_object(
-                        "kueue.x-k8s.io", "v1beta2", meta["namespace"], plural, meta["name"]
-                    )
-                else:
-                    custom.delete_cluster_custom_object(
-                        "kueue.x-k8s.io", "v1beta2", plural, meta["name"]
-                    )
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-        deadline = time.monotonic() + timeout
-        while (left := mine(plural)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if left:
-            names = ", ".join(o["metadata"]["name"] for o in left)
-            raise exits.NotReady(
-                f"Kueue {plural} still terminating after {timeout:.0f}s: {names} "
-                "(workloads still admitted in them? kubectl get workloads -A)"
-            )
-    return count
+    left = queue_removal.remove(api, queues, lambda _m: None, timeout)
+    if left:
+        kinds = sorted({q.plural for q in left}, key=queue_removal.ORDER.index)
+        names = ", ".join(q.name for q in left if q.plural == kinds[0])
+        raise exits.NotReady(
+            f"Kueue {kinds[0]} still terminating after {timeout:.0f}s: {names} "
+            "(workloads still admitted in them? kubectl get workloads -A)"
+        )
+    return len(queues)
 
 
 def _delete_test_namespaces(api: client.ApiClient, release: str, namespace: str) -> list[str]:

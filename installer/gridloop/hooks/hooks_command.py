@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_delete_queues(args: argparse.Namespace) -> int:
-    from gridloop.selftest.probing import api_client
+    from gridloop.health.commands import api_client
 
     try:
         queues = [queue_removal.parse_local_queue(q) for q in args.localqueue]

@@ -5,8 +5,9 @@ ResourceFlavor, and only its controller removes it. A plain `helm uninstall` del
 the controller together with them, and they stay terminating with their names taken,
 so the next install of the chart is refused. The chart's pre-delete hook runs this
 first: LocalQueues, then ClusterQueues, the Cohort and the ResourceFlavors, each
-deleted by name and waited for until gone. `gridloop uninstall` does the same itself
-(uninstall_command.py) and skips the hook.
+deleted by name and waited for until gone. `gridloop uninstall` calls the same `remove`
+itself, with the release's objects it finds by label (uninstall_command.py), and skips
+the hook.
 """
 
 from __future__ import annotations

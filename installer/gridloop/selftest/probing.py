@@ -10,7 +10,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -52,13 +51,6 @@ def http_get(url: str) -> HttpAnswer:
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         return HttpAnswer(0, error=" ".join(str(reason).split()) or type(err).__name__)
-
-
-def api_client(kubeconfig: Path | None) -> client.ApiClient:
-    """In a pod, its ServiceAccount; elsewhere `kubeconfig`, $KUBECONFIG or ~/.kube/config."""
-    from gridloop.health.commands import api_client as health_api_client
-
-    return health_api_client(kubeconfig)
 
 
 def _status_message(body: Any) -> str:

@@ -110,7 +110,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
         todo += probes.gpu_job_probes(
             args.namespace, args.gpu_policy, args.queue, args.image, expect
         )
-    api = probing.api_client(args.kubeconfig)
+    from gridloop.health.commands import api_client
+
+    api = api_client(args.kubeconfig)
     found = []
     for probe in todo:
         answer = probing.with_retries(
