@@ -1,6 +1,7 @@
 """One fixed Snapshot of a small fleet in trouble, for the UI's snapshot tests: a node
 quarantined for XID 79, one cordoned by hand, one whose exporter is down, a queue whose
-quota the health service lowered, a model rolling out, a sandbox warm pool."""
+quota the health service lowered, a model rolling out, a sandbox warm pool refilling
+and a sandbox pod running without gVisor."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gridloop.status.snapshot import (
     Node,
     Queue,
     Sandbox,
+    SandboxPod,
     Snapshot,
 )
 
@@ -77,7 +79,59 @@ SAMPLE = Snapshot(
             gpus=2,
         ),
     ),
-    sandboxes=(Sandbox("agents", "python-gvisor", "gvisor", warm_pool=4, warm_ready=4, claims=3),),
+    sandboxes=(
+        Sandbox("agents", "python-gvisor", "gvisor", warm_pool=2, warm_ready=1, claims=2),
+        Sandbox("agents-dev", "scratch", "", claims=1),
+    ),
+    sandbox_pods=(
+        SandboxPod(
+            "agents",
+            "agent-run-1",
+            "python-gvisor",
+            "claimed",
+            claim="agent-run-1",
+            status="Running",
+            ready=True,
+            ready_containers=1,
+            containers=1,
+            node="us-east-h100-000",
+            runtime_class="gvisor",
+            created="2027-01-15T07:53:00Z",
+        ),
+        SandboxPod(
+            "agents",
+            "python-gvisor-7xk2p",
+            "python-gvisor",
+            "warm",
+            status="Running",
+            ready=True,
+            ready_containers=1,
+            containers=1,
+            node="onprem-fra-a100-001",
+            runtime_class="gvisor",
+            created="2027-01-15T07:20:00Z",
+        ),
+        SandboxPod(
+            "agents",
+            "python-gvisor-q8m4d",
+            "python-gvisor",
+            "warm",
+            status="ContainerCreating",
+            containers=1,
+            node="onprem-fra-a100-001",
+            runtime_class="gvisor",
+            created="2027-01-15T08:04:55Z",
+        ),
+        SandboxPod(
+            "agents-dev",
+            "scratch-run",
+            "scratch",
+            "claimed",
+            status="Pending",
+            containers=1,
+            created="2027-01-15T08:04:30Z",
+        ),
+    ),
     events=(
         Event(
             "2027-01-15T08:00:00Z",

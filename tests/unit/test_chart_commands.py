@@ -183,7 +183,8 @@ def test_local_profile_runs_the_controllers_on_the_container_nodes_and_leaves_ou
     assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Workspace"}
     assert {"SandboxTemplate", "SandboxWarmPool", "RuntimeClass"} <= kinds
     controllers = {"kueue-controller-manager", "kuberay-operator", "agent-sandbox-controller"}
-    assert names(docs, "Deployment") == controllers | {"gridloop-health"}
+    # and agent-sandbox's router, in the sandbox namespace, on the container node too
+    assert names(docs, "Deployment") == controllers | {"gridloop-health", "sandbox-router"}
     for deployment in of_kind(docs, "Deployment"):
         pod = deployment["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"gridloop.io/container-node": "true"}

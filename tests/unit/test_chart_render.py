@@ -704,7 +704,8 @@ def test_workloads_select_only_their_own_pods(render: Render) -> None:
     for deployment in of_kind(docs, "Deployment"):
         selector = deployment["spec"]["selector"]["matchLabels"]
         assert set(selector) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
-        selectors.append(tuple(sorted(selector.items())))
+        namespace = deployment["metadata"].get("namespace", "")
+        selectors.append((namespace, *sorted(selector.items())))
     assert len(selectors) == len(set(selectors))
 
 
@@ -726,11 +727,42 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
     assert named(docs, "RuntimeClass", "kata")["handler"] == "kata-qemu"
     for ns in ("agents", "agents-eval"):
         assert named(docs, "Namespace", ns)["metadata"]["labels"]["gridloop.io/sandbox"] == "true"
-        policy = [p for p in of_kind(docs, "NetworkPolicy") if p["metadata"]["namespace"] == ns]
-        (egress,) = policy
-        internet = egress["spec"]["egress"][1]["to"][0]["ipBlock"]
+        policies = {
+            p["metadata"]["name"]: p["spec"]
+            for p in of_kind(docs, "NetworkPolicy")
+            if p["metadata"]["namespace"] == ns
+        }
+        assert set(policies) == {
+            "gridloop-sandbox-egress",
+            "gridloop-sandbox-ingress",
+            "gridloop-sandbox-router",
+        }
+        egress = policies["gridloop-sandbox-egress"]
+        assert egress["podSelector"] == {}, "every pod in the namespace"
+        internet = egress["egress"][1]["to"][0]["ipBlock"]
         assert internet["cidr"] == "0.0.0.0/0"
         assert "169.254.0.0/16" in internet["except"] and "10.0.0.0/8" in internet["except"]
+        # sandboxes take connections from the router only, on the runtime's port
+        ingress = policies["gridloop-sandbox-ingress"]
+        assert ingress["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
+        assert ingress["ingress"] == [
+            {
+                "from": [{"podSelector": {"matchLabels": {"app": "sandbox-router"}}}],
+                "ports": [{"protocol": "TCP", "port": 8888}],
+            }
+        ]
+        # the router may reach the sandboxes' runtime port, and nothing else in the cluster
+        router = policies["gridloop-sandbox-router"]
+        assert router["egress"] == [
+            {
+                "to": [
+                    {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}}
+                ],
+                "ports": [{"protocol": "TCP", "port": 8888}],
+            }
+        ]
+        service = [s for s in of_kind(docs, "Service") if s["metadata"]["namespace"] == ns]
+        assert [s["metadata"]["name"] for s in service] == ["sandbox-router-svc"]
         template = [t for t in of_kind(docs, "SandboxTemplate") if t["metadata"]["namespace"] == ns]
         assert template[0]["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
         pool = [p for p in of_kind(docs, "SandboxWarmPool") if p["metadata"]["namespace"] == ns]

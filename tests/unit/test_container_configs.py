@@ -274,10 +274,11 @@ def test_pods_join_the_shared_bridge_and_nothing_they_send_leaves_the_machine() 
     assert plugin["isGateway"] is False  # as a gateway, the plugin turns on ip_forward
 
 
-def test_pods_are_routed_to_the_service_range_only() -> None:
+def test_pods_are_routed_to_the_service_range_and_the_metadata_address_only() -> None:
     ipam = bridge(0)["ipam"]
 
-    assert ipam["routes"] == [{"dst": flags.SERVICE_CIDR}]
+    # the metadata address is on the host's bridge, where nothing listens (hostnet.py)
+    assert ipam["routes"] == [{"dst": flags.SERVICE_CIDR}, {"dst": "169.254.169.254/32"}]
     assert all(route["dst"] not in ("0.0.0.0/0", "::/0") for route in ipam["routes"])
 
 

@@ -155,6 +155,7 @@ def test_by_process_names_every_control_plane_process() -> None:
         "kube-proxy (metrics)",
         "coredns",
         "coredns (ready)",
+        "kube-network-policies",
     }
 
 

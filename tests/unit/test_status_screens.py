@@ -36,7 +36,8 @@ def test_inference_view(snap_compare):
 
 
 def test_sandboxes_view(snap_compare):
-    assert snap_compare(app("sandboxes"), terminal_size=SIZE, run_before=first_data)
+    # each template and its pods: wider than the other views
+    assert snap_compare(app("sandboxes"), terminal_size=(180, 24), run_before=first_data)
 
 
 def test_events_view(snap_compare):

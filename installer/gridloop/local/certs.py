@@ -51,6 +51,8 @@ CLIENTS = {
     "kube-proxy": ("system:kube-proxy", []),
     # CoreDNS, read-only (container/addons.py's ClusterRole)
     "coredns": ("system:coredns", []),
+    # NetworkPolicy enforcement, read-only (container/network_policy.py's ClusterRole)
+    "kube-network-policies": ("system:kube-network-policies", []),
 }
 NODE_GROUP = "system:nodes"
 CONTEXT = "gridloop-local"

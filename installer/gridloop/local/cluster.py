@@ -40,7 +40,7 @@ from gridloop.local import (
     simulated_nodes,
     stages,
 )
-from gridloop.local.container import addons, sweeping
+from gridloop.local.container import addons, network_policy, sweeping
 from gridloop.local.container import starting as container
 from gridloop.local.flags import LOOPBACK, Ports
 from gridloop.local.processes import Proc
@@ -58,8 +58,9 @@ AGENT_SANDBOX_BINARY = launching.AGENT_SANDBOX_BINARY
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 # with container nodes: the local registry they pull images from, started before them
 REGISTRY = launching.REGISTRY
-# with container nodes, after them: Services (kube-proxy) and cluster DNS (CoreDNS)
-SERVICES = ("kube-proxy", "coredns")
+# with container nodes, after them: Services (kube-proxy), cluster DNS (CoreDNS) and
+# NetworkPolicy enforcement (kube-network-policies)
+SERVICES = ("kube-proxy", "coredns", "kube-network-policies")
 START_TIMEOUT = 60.0
 FIRST_SCRAPE_TIMEOUT = 30.0  # seconds; the scrape interval is 5 s
 
@@ -230,12 +231,13 @@ def _start_container_nodes(
     first = container.nodes(fleet, state.dir)[0].planned
     objects = addons.dns_objects(flags.SERVICE_CIDR, first.node_ip)
     objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)
+    objects += network_policy.rbac_objects()
     applying.server_side_apply(
         binaries["kubectl"],
         state.kubeconfig,
         state.dir / "cluster-dns.yaml",
         objects,
-        "the cluster DNS and Prometheus' Service",
+        "the cluster DNS, Prometheus' Service and kube-network-policies' RBAC",
     )
     _start_all(state, binaries, say, SERVICES)
 

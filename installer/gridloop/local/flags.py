@@ -53,6 +53,7 @@ _OFFSETS = {
     "kube_proxy_metrics": 18,
     "coredns": 19,  # its /health
     "coredns_ready": 20,  # its /ready: the kubernetes plugin has synced
+    "netpol_metrics": 21,  # kube-network-policies' /metrics
     "apiserver": 43,
 }
 # Below the kernel's ephemeral port range (32768-60999 by default): a port in it can be
@@ -86,6 +87,7 @@ class Ports:
     kube_proxy_metrics: int
     coredns: int
     coredns_ready: int
+    netpol_metrics: int
     apiserver: int
 
     @classmethod
@@ -118,6 +120,7 @@ class Ports:
             "kube_proxy_metrics": "kube-proxy (metrics)",
             "coredns": "coredns",
             "coredns_ready": "coredns (ready)",
+            "netpol_metrics": "kube-network-policies",
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}

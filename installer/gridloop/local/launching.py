@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gridloop.fleet import SIMULATED_LABEL, Fleet, load_fleet
 from gridloop.local import flags
-from gridloop.local.container import addons
+from gridloop.local.container import addons, network_policy
 from gridloop.local.container import starting as container
 from gridloop.local.flags import LOOPBACK, Ports
 from gridloop.local.images import registry
@@ -110,6 +110,9 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
                 )
             )
             return addons.coredns_argv(binaries[name], config)
+        case network_policy.BINARY:
+            fleet, first = _first_node(state)
+            return network_policy.argv(binaries[name], first.name, ports.netpol_metrics)
         case "registry":
             config = state.dir / "registry.yml"
             config.write_text(registry.config(ports.registry, registry.storage()))
@@ -130,6 +133,10 @@ def advertise(state: State) -> str | None:
 
 
 def env(name: str, state: State) -> dict[str, str] | None:
+    if name == network_policy.BINARY:
+        fleet = load_fleet(state.dir / "fleet.yaml")
+        nodes = [n.name for n in container.nodes(fleet, state.dir)]
+        return network_policy.env(state.dir / "pki" / "kube-network-policies.kubeconfig", nodes)
     return flags.kueue_env(kueue_certs(state)) if name == KUEUE else None
 
 
@@ -148,6 +155,8 @@ def health_url(name: str, ports: Ports) -> str:
         REGISTRY: registry.health_url(ports.registry),
         "kube-proxy": f"http://{LOOPBACK}:{ports.kube_proxy}/healthz",
         "coredns": f"http://{LOOPBACK}:{ports.coredns_ready}/ready",
+        network_policy.BINARY: f"http://{LOOPBACK}:{ports.netpol_metrics}"
+        + network_policy.health_path(),
     }[name]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gridloop import versions
 from gridloop.local.gomod import staging_version
+from gridloop.local.netpol_patches import NETPOL_PATCHES
 from gridloop.local.patches import SourcePatch
 from gridloop.versions import Component
 
@@ -241,6 +242,15 @@ RECIPES: tuple[Recipe, ...] = (
         component="coredns",
         binaries={"coredns": "github.com/coredns/coredns"},
         ldflags=lambda comp: [],
+    ),
+    # the container nodes' NetworkPolicy enforcement (SIG Network's nfqueue-based one), a
+    # host process per node (container/network_policy.py); upstream's Makefile sets no
+    # version variable
+    Recipe(
+        component="kube-network-policies",
+        binaries={"kube-network-policies": "sigs.k8s.io/kube-network-policies/cmd"},
+        ldflags=lambda comp: [],
+        patches=NETPOL_PATCHES,
     ),
     Recipe(
         component="busybox",

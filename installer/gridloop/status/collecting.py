@@ -1,8 +1,8 @@
 """Read what `gridloop status` shows: the shell around snapshot.py.
 
 Nodes and GPU pods come from watch-backed mirrors (watching.py). ClusterQueues,
-LocalQueues, models, sandboxes, the health service's Events and its status
-ConfigMap are few and are listed by a poller thread every interval; it also asks
+LocalQueues, models, sandboxes and their pods, the health service's Events and its
+status ConfigMap are few and are listed by a poller thread every interval; it also asks
 Prometheus two questions (which GPUs report, which exporters are up), for the whole
 fleet at once. A snapshot only puts together what the watches and the latest polls
 hold, so a slow Prometheus (seconds per query on a busy one) slows the GPU columns,
@@ -18,6 +18,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,6 +34,9 @@ from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.signals import HOST_KEYS, PRESENCE
 from gridloop.health.status import NAME as STATUS_CONFIGMAP
 from gridloop.status.snapshot import (
+    CLAIMED,
+    OTHER,
+    WARM,
     Breaker,
     Event,
     FlavorQuota,
@@ -40,6 +44,7 @@ from gridloop.status.snapshot import (
     Node,
     Queue,
     Sandbox,
+    SandboxPod,
     Snapshot,
 )
 from gridloop.status.sources import Source, local_prometheus  # noqa: F401 (re-exported)
@@ -49,6 +54,14 @@ GPU = "nvidia.com/gpu"
 GPU_NODES = "nvidia.com/gpu.present=true"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 SANDBOX = ("extensions.agents.x-k8s.io", "v1alpha1")
+SANDBOX_CORE = ("agents.x-k8s.io", "v1alpha1")  # the Sandbox objects claims are bound to
+SANDBOX_NAMESPACES = "gridloop.io/sandbox=true"
+# the labels and annotation agent-sandbox's controllers put on the pods they make
+TEMPLATE_HASH = "agents.x-k8s.io/sandbox-template-ref-hash"
+POOL_LABEL = "agents.x-k8s.io/pool"
+CLAIM_UID = "agents.x-k8s.io/claim-uid"
+POD_NAME = "agents.x-k8s.io/pod-name"  # on a Sandbox: the pod it runs in
+TEMPLATE_LABEL = "gridloop.io/sandbox-template"  # the chart's template sets it
 OPT_OUT_LABEL = "gridloop.io/health-opt-out"
 TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refresh long
 # Prometheus is asked at most this often (seconds): DCGM samples change once per scrape
@@ -212,6 +225,174 @@ def event_row(obj: dict[str, Any]) -> Event:
     )
 
 
+def sandbox_rows(
+    templates: Sequence[dict[str, Any]],
+    pools: Sequence[dict[str, Any]] = (),
+    claims: Sequence[dict[str, Any]] = (),
+) -> tuple[Sandbox, ...]:
+    """One row per SandboxTemplate, with its warm pool and the claims against it."""
+    by_template: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in pools:
+        ref = ((p.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
+        by_template[(p["metadata"].get("namespace", ""), ref)] = p
+    counts: dict[tuple[str, str], int] = {}
+    for c in claims:
+        key = (c["metadata"].get("namespace", ""), _claim_template(c))
+        counts[key] = counts.get(key, 0) + 1
+    rows = []
+    for t in templates:
+        ns, name = t["metadata"].get("namespace", ""), t["metadata"]["name"]
+        pod = ((t.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+        pool = by_template.get((ns, name))
+        rows.append(
+            Sandbox(
+                namespace=ns,
+                template=name,
+                runtime_class=pod.get("runtimeClassName", ""),
+                warm_pool=None if pool is None else int(pool["spec"].get("replicas", 0)),
+                warm_ready=None
+                if pool is None
+                else int((pool.get("status") or {}).get("readyReplicas") or 0),
+                claims=counts.get((ns, name), 0),
+            )
+        )
+    return tuple(sorted(rows, key=lambda s: (s.namespace, s.template)))
+
+
+def _claim_template(claim: dict[str, Any]) -> str:
+    spec = claim.get("spec") or {}
+    return str((spec.get("sandboxTemplateRef") or spec.get("templateRef") or {}).get("name", ""))
+
+
+def name_hash(name: str) -> str:
+    """agent-sandbox's NameHash: FNV-1a (32 bits) of a name as 8 hex digits, the value of
+    the pods' sandbox-template-ref-hash (of the template's name) and pool labels."""
+    h = 0x811C9DC5
+    for byte in name.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
+def _exit_reason(term: dict[str, Any]) -> str:
+    if term.get("reason"):
+        return str(term["reason"])
+    if term.get("signal"):
+        return f"Signal:{term['signal']}"
+    return f"ExitCode:{term.get('exitCode', 0)}"
+
+
+def _ready(status: dict[str, Any]) -> bool:
+    """The pod's Ready condition is True."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
+def pod_status(obj: dict[str, Any]) -> str:
+    """What kubectl's STATUS column says about a pod (its printer, less the rarer cases):
+    a container's waiting or terminated reason over the pod's phase, Init:... while an
+    init container has not finished, Terminating once it is being deleted."""
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    reason = str(status.get("reason") or status.get("phase") or "Unknown")
+    inits = spec.get("initContainers") or ()
+    sidecars = {c.get("name") for c in inits if c.get("restartPolicy") == "Always"}
+    initializing = False
+    for i, c in enumerate(status.get("initContainerStatuses") or ()):
+        state = c.get("state") or {}
+        term, wait = state.get("terminated"), state.get("waiting")
+        if term is not None and term.get("exitCode") == 0:
+            continue
+        if c.get("name") in sidecars and c.get("started"):
+            continue  # a sidecar (an init container with restartPolicy Always) that started
+        if term is not None:
+            reason = "Init:" + _exit_reason(term)
+        elif wait and wait.get("reason") and wait["reason"] != "PodInitializing":
+            reason = "Init:" + str(wait["reason"])
+        else:
+            reason = f"Init:{i}/{len(inits)}"
+        initializing = True
+        break
+    if not initializing:
+        running = False
+        for c in reversed(status.get("containerStatuses") or ()):
+            state = c.get("state") or {}
+            wait, term = state.get("waiting"), state.get("terminated")
+            if wait and wait.get("reason"):
+                reason = str(wait["reason"])
+            elif term is not None:
+                reason = _exit_reason(term)
+            elif state.get("running") is not None and c.get("ready"):
+                running = True
+        if reason == "Completed" and running:
+            reason = "Running" if _ready(status) else "NotReady"
+    if meta.get("deletionTimestamp"):
+        reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
+    return reason
+
+
+def sandbox_pod_rows(
+    pods: list[dict[str, Any]],
+    templates: Sequence[dict[str, Any]] = (),
+    claims: Sequence[dict[str, Any]] = (),
+    sandboxes: Sequence[dict[str, Any]] = (),
+) -> tuple[SandboxPod, ...]:
+    """agent-sandbox's pods as rows, sorted by namespace, template, state and name.
+
+    A pod's template is the chart's gridloop.io/sandbox-template label, else the
+    template in its namespace whose name hashes to its sandbox-template-ref-hash. A pod
+    with the pool label is warm; one with a claim-uid label is claimed, by the claim
+    with that uid, else by the claim its Sandbox is named after (the Sandbox whose
+    agents.x-k8s.io/pod-name annotation names the pod)."""
+    by_hash: dict[tuple[str, str], str] = {}
+    for t in templates:
+        meta = t["metadata"]
+        by_hash[(meta.get("namespace", ""), name_hash(meta["name"]))] = meta["name"]
+    by_uid = {
+        c["metadata"]["uid"]: c["metadata"]["name"] for c in claims if c["metadata"].get("uid")
+    }
+    running_in: dict[tuple[str, str], str] = {}
+    for sb in sandboxes:
+        meta = sb["metadata"]
+        pod_name = (meta.get("annotations") or {}).get(POD_NAME)
+        if pod_name:
+            running_in[(meta.get("namespace", ""), pod_name)] = meta["name"]
+    rows = []
+    for pod in pods:
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        ns, name = meta.get("namespace", ""), meta["name"]
+        labels = meta.get("labels") or {}
+        hashed = by_hash.get((ns, labels.get(TEMPLATE_HASH, "")), "")
+        template = labels.get(TEMPLATE_LABEL) or hashed
+        claim = ""
+        if CLAIM_UID in labels:
+            state = CLAIMED
+            claim = by_uid.get(labels[CLAIM_UID]) or running_in.get((ns, name), "")
+        elif POOL_LABEL in labels:
+            state = WARM
+        else:
+            state = OTHER
+        rows.append(
+            SandboxPod(
+                namespace=ns,
+                name=name,
+                template=template,
+                state=state,
+                claim=claim,
+                status=pod_status(pod),
+                ready=_ready(status),
+                ready_containers=sum(
+                    1 for c in status.get("containerStatuses") or () if c.get("ready")
+                ),
+                containers=len(spec.get("containers") or ()),
+                node=spec.get("nodeName") or "",
+                runtime_class=spec.get("runtimeClassName") or "",
+                created=str(meta.get("creationTimestamp") or ""),
+            )
+        )
+    return tuple(sorted(rows, key=lambda p: (p.namespace, p.template, p.state, p.name)))
+
+
 # --- the collector ------------------------------------------------------------------
 
 
@@ -259,6 +440,8 @@ class Collector:
         self._prom_at = -math.inf
         self._prom_problem: str | None = None
         self._polled = Polled()
+        # the SandboxTemplates and SandboxClaims last listed (templates, claims)
+        self._sandbox_objects: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
         self._polled_once = threading.Event()
         self.first_poll_at: float | None = None  # monotonic: the first round of polls done
         self.prometheus_at: float | None = None  # monotonic: Prometheus' first answers in
@@ -364,6 +547,11 @@ class Collector:
         queues = self._guard("kueue", problems, absent, self._queues, last.queues)
         models = self._guard("inference", problems, absent, self._models, last.models)
         sandboxes = self._guard("sandboxes", problems, absent, self._sandboxes, last.sandboxes)
+        sandbox_pods: tuple[SandboxPod, ...] = ()
+        if "sandboxes" not in absent:  # without agent-sandbox there are none to list
+            sandbox_pods = self._guard(
+                "sandbox-pods", problems, absent, self._sandbox_pods, last.sandbox_pods
+            )
         events = self._guard("events", problems, absent, self._events, last.events)
         breaker = self._guard("health", problems, absent, self._breaker, last.breaker)
         lists = Snapshot(
@@ -371,6 +559,7 @@ class Collector:
             queues=queues,
             models=models,
             sandboxes=sandboxes,
+            sandbox_pods=sandbox_pods,
             events=events,
             breaker=breaker,
             problems=tuple(problems.items()),
@@ -518,34 +707,47 @@ class Collector:
             return list(answer.get("items", []))
 
         templates = items("sandboxtemplates")
-        pools: dict[tuple[str, str], dict[str, Any]] = {}
-        for p in items("sandboxwarmpools"):
-            ref = ((p.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
-            pools[(p["metadata"].get("namespace", ""), ref)] = p
-        claims: dict[tuple[str, str], int] = {}
-        for c in items("sandboxclaims"):
-            spec = c.get("spec") or {}
-            ref = (spec.get("sandboxTemplateRef") or spec.get("templateRef") or {}).get("name", "")
-            key = (c["metadata"].get("namespace", ""), ref)
-            claims[key] = claims.get(key, 0) + 1
-        rows = []
-        for t in templates:
-            ns, name = t["metadata"].get("namespace", ""), t["metadata"]["name"]
-            pod = ((t.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
-            pool = pools.get((ns, name))
-            rows.append(
-                Sandbox(
-                    namespace=ns,
-                    template=name,
-                    runtime_class=pod.get("runtimeClassName", ""),
-                    warm_pool=None if pool is None else int(pool["spec"].get("replicas", 0)),
-                    warm_ready=None
-                    if pool is None
-                    else int((pool.get("status") or {}).get("readyReplicas") or 0),
-                    claims=claims.get((ns, name), 0),
-                )
+        pools = items("sandboxwarmpools")
+        claims = items("sandboxclaims")
+        self._sandbox_objects = (templates, claims)  # what _sandbox_pods names pods by
+        return sandbox_rows(templates, pools, claims)
+
+    def _sandbox_pods(self) -> tuple[SandboxPod, ...]:
+        """agent-sandbox's pods in the sandbox namespaces (labelled gridloop.io/sandbox=true,
+        and any other namespace holding a SandboxTemplate: a pod there is not held to the
+        sandbox admission policy), and the Sandboxes that name the pods they run in."""
+        templates, claims = self._sandbox_objects
+        raw = self.core.list_namespace(
+            label_selector=SANDBOX_NAMESPACES, _preload_content=False, _request_timeout=TIMEOUT
+        )
+        namespaces = {n["metadata"]["name"] for n in json.loads(raw.data)["items"]}
+        namespaces |= {t["metadata"].get("namespace", "") for t in templates} - {""}
+        uids = {c["metadata"].get("uid") for c in claims}
+        group, version = SANDBOX_CORE
+        pods: list[dict[str, Any]] = []
+        sandboxes: list[dict[str, Any]] = []
+        for ns in sorted(namespaces):
+            raw = self.core.list_namespaced_pod(
+                ns,
+                label_selector=TEMPLATE_HASH,
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
             )
-        return tuple(sorted(rows, key=lambda s: (s.namespace, s.template)))
+            found = json.loads(raw.data)["items"]
+            pods += found
+            held = {(p["metadata"].get("labels") or {}).get(CLAIM_UID) for p in found}
+            if not held - {None} - uids:
+                continue  # every claimed pod (if any) is named by its claim's uid
+            try:
+                answer = self.custom.list_namespaced_custom_object(
+                    group, version, ns, "sandboxes", _request_timeout=TIMEOUT
+                )
+            except ApiException as err:
+                if err.status != 404:  # no Sandbox CRD: claims are named by uid only
+                    raise
+                continue
+            sandboxes += answer.get("items", [])
+        return sandbox_pod_rows(pods, templates, claims, sandboxes)
 
     def _events(self) -> tuple[Event, ...]:
         raw = self.core.list_event_for_all_namespaces(

@@ -36,6 +36,11 @@ def _kept(snapshot: Snapshot, view: str, filter_text: str) -> list[int]:
     return [i for i, r in enumerate(rows) if r.key in keep]
 
 
+def _kept_keys(snapshot: Snapshot, view: str, filter_text: str) -> set[str]:
+    """The keys of the view's rows the filter keeps."""
+    return {r.key for r in views.filtered(views.table(snapshot, view).rows, filter_text)}
+
+
 def as_json(snapshot: Snapshot, chosen: Sequence[str], filter_text: str = "") -> str:
     """Every chosen view's objects with all their fields, plus the verdicts and summary."""
     data = dataclasses.asdict(snapshot)
@@ -54,6 +59,19 @@ def as_json(snapshot: Snapshot, chosen: Sequence[str], filter_text: str = "") ->
             for node, raw in zip(snapshot.nodes, items, strict=True):
                 state, why = views.verdict(node)
                 raw.update(labels=dict(node.labels), healthy=node.healthy, verdict=state, why=why)
+        if view == "sandboxes":  # a row per template, then one per pod: kept by key
+            keep = _kept_keys(snapshot, view, filter_text)
+            out[key] = [
+                raw
+                for s, raw in zip(snapshot.sandboxes, items, strict=True)
+                if views.sandbox_key(s) in keep
+            ]
+            out["sandbox_pods"] = [
+                raw
+                for p, raw in zip(snapshot.sandbox_pods, data["sandbox_pods"], strict=True)
+                if views.pod_key(p) in keep
+            ]
+            continue
         if view == "events":  # the view's order: newest first
             items = sorted(items, key=lambda e: e["time"], reverse=True)
         out[key] = [items[i] for i in _kept(snapshot, view, filter_text)]

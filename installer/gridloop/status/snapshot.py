@@ -94,6 +94,30 @@ class Sandbox:
     claims: int = 0
 
 
+# a sandbox pod's state: in a warm pool, bound to a SandboxClaim, or neither
+WARM = "warm"
+CLAIMED = "claimed"
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class SandboxPod:
+    """One of agent-sandbox's pods (labelled agents.x-k8s.io/sandbox-template-ref-hash)."""
+
+    namespace: str
+    name: str
+    template: str  # its SandboxTemplate; "" when none in the namespace matches its labels
+    state: str  # WARM, CLAIMED or OTHER
+    claim: str = ""  # the SandboxClaim that holds it, when found
+    status: str = ""  # as kubectl's STATUS column: Running, Pending, ContainerCreating, ...
+    ready: bool = False  # the pod's Ready condition
+    ready_containers: int = 0
+    containers: int = 0
+    node: str = ""  # "": not scheduled yet
+    runtime_class: str = ""  # "": the node's default runtime (runc), no gVisor
+    created: str = ""  # ISO 8601, UTC
+
+
 @dataclass(frozen=True)
 class Event:
     time: str  # ISO 8601, UTC
@@ -119,6 +143,7 @@ class Snapshot:
     queues: tuple[Queue, ...] = ()
     models: tuple[Model, ...] = ()
     sandboxes: tuple[Sandbox, ...] = ()
+    sandbox_pods: tuple[SandboxPod, ...] = ()
     events: tuple[Event, ...] = ()
     breaker: Breaker = field(default_factory=Breaker)
     # source ("api", "prometheus", "kueue", "sandboxes", ...) -> why it is stale or absent

@@ -6,10 +6,12 @@ sorting work. The UI, `--once --output table` and `--output json` all use it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gridloop.status.snapshot import (
+    CLAIMED,
     CORDONED,
     EXPORTER_DOWN,
     GPUS_MISSING,
@@ -18,9 +20,12 @@ from gridloop.status.snapshot import (
     OPTED_OUT,
     QUARANTINED,
     VERDICTS,
+    WARM,
     Event,
     Node,
     Queue,
+    Sandbox,
+    SandboxPod,
     Snapshot,
 )
 
@@ -228,25 +233,119 @@ def inference(snapshot: Snapshot) -> Table:
     return Table("inference", columns, tuple(rows), "no models (values: inference.models)")
 
 
+NO_RUNTIME_CLASS = "runc (none)"  # no runtimeClassName: the node's default runtime, no gVisor
+# what a pod says while it is on its way up (or down), not in trouble
+_STARTING = ("Running", "Pending", "ContainerCreating", "PodInitializing", "Terminating")
+_INIT_STEP = re.compile(r"Init:\d+/\d+")
+
+
+def sandbox_key(s: Sandbox) -> str:
+    return f"{s.namespace}/{s.template}"
+
+
+def pod_key(p: SandboxPod) -> str:
+    return f"{p.namespace}/{p.template or '?'}/{p.name}"
+
+
+def pods_summary(s: Sandbox, pods: Sequence[SandboxPod]) -> str:
+    """A template's pods in a few words: `warm 1/2 ready, 2 claimed` (ready warm pods of
+    the pool's desired size), and the claims that hold no pod yet."""
+    warm = [p for p in pods if p.state == WARM]
+    claimed = sum(1 for p in pods if p.state == CLAIMED)
+    ready = sum(1 for p in warm if p.ready)
+    parts = ["no warm pool" if s.warm_pool is None else f"warm {ready}/{s.warm_pool} ready"]
+    if s.warm_pool is None and warm:
+        parts.append(f"{len(warm)} warm")
+    parts.append(f"{claimed} claimed")
+    if s.claims > claimed:
+        waiting = s.claims - claimed
+        parts.append(f"{waiting} claim{'s' if waiting > 1 else ''} without a pod")
+    others = len(pods) - len(warm) - claimed
+    if others:
+        parts.append(f"{others} other")
+    return ", ".join(parts)
+
+
+def _runtime(runtime_class: str) -> str:
+    return runtime_class or NO_RUNTIME_CLASS
+
+
+def _pod_row(p: SandboxPod, now: float) -> Row:
+    state = f"{CLAIMED} by {p.claim}" if p.state == CLAIMED and p.claim else p.state
+    created = _seconds(p.created)
+    age = "?" if created is None else kubectl_age(now - created)
+    cells = (
+        p.namespace,
+        p.template or "?",
+        p.name,
+        state,
+        f"{p.ready_containers}/{p.containers}",
+        p.status or "?",
+        p.node or "-",
+        _runtime(p.runtime_class),
+        age,
+    )
+    keys = (
+        p.namespace,
+        p.template,
+        p.name,
+        state,
+        (p.ready_containers, p.containers),
+        p.status,
+        p.node,
+        cells[7],
+        -created if created is not None else 0.0,  # ascending: the youngest first
+    )
+    trouble = p.status not in _STARTING and not _INIT_STEP.fullmatch(p.status)
+    return Row(pod_key(p), cells, keys, alert=not p.runtime_class or trouble)
+
+
 def sandboxes(snapshot: Snapshot) -> Table:
+    """Each SandboxTemplate (POD `-`, STATE its pods in a few words) followed by its
+    pods: warm, or claimed and by which claim, with their status, node and runtime
+    class (a pod without one runs on plain runc, and is shown in red)."""
     columns = (
         Column("NAMESPACE"),
         Column("TEMPLATE"),
+        Column("POD"),
+        Column("STATE"),
+        Column("READY"),
+        Column("STATUS"),
+        Column("NODE"),
         Column("RUNTIME CLASS"),
-        Column("WARM POOL"),
-        Column("CLAIMS", True),
+        Column("AGE"),
     )
-    rows = []
+    by_template: dict[tuple[str, str], list[SandboxPod]] = {}
+    for p in snapshot.sandbox_pods:
+        by_template.setdefault((p.namespace, p.template), []).append(p)
+    groups: dict[tuple[str, str], list[Row]] = {}
     for s in snapshot.sandboxes:
-        pool = "-" if s.warm_pool is None else f"{_count(s.warm_ready)}/{s.warm_pool}"
-        cells = (s.namespace, s.template, s.runtime_class or "-", pool, str(s.claims))
-        keys = (s.namespace, s.template, s.runtime_class, s.warm_pool or 0, s.claims)
-        short = s.warm_pool is not None and (s.warm_ready or 0) < s.warm_pool
-        rows.append(Row(f"{s.namespace}/{s.template}", cells, keys, alert=short))
+        pods = by_template.get((s.namespace, s.template), [])
+        pool_short = (
+            s.warm_pool is not None
+            and sum(1 for p in pods if p.state == WARM and p.ready) < s.warm_pool
+        )
+        cells = (
+            s.namespace,
+            s.template,
+            "-",
+            pods_summary(s, pods),
+            "-",
+            "-",
+            "-",
+            _runtime(s.runtime_class),
+            "-",
+        )
+        keys = (s.namespace, s.template, "", cells[3], (-1, -1), "", "", cells[7], 0.0)
+        row = Row(sandbox_key(s), cells, keys, alert=pool_short or not s.runtime_class)
+        groups[(s.namespace, s.template)] = [row]
+    for group, pods in by_template.items():  # pods of a template not listed go on their own
+        groups.setdefault(group, []).extend(_pod_row(p, snapshot.taken_at) for p in pods)
+    rows = tuple(r for _, group_rows in sorted(groups.items()) for r in group_rows)
     empty = "no sandbox templates"
     if "sandboxes" in snapshot.absent:
         empty = "agent-sandbox is not installed (no SandboxTemplate CRD)"
-    return Table("sandboxes", columns, tuple(rows), empty)
+    return Table("sandboxes", columns, rows, empty)
 
 
 def events(snapshot: Snapshot) -> Table:
@@ -401,11 +500,40 @@ def queue_detail(snapshot: Snapshot, name: str) -> list[tuple[str, str]]:
     return lines
 
 
+def sandbox_detail(snapshot: Snapshot, key: str) -> list[tuple[str, str]]:
+    """A template's warm pool and claims as their objects report them, and its pods; a
+    pod's row, with its claim and when it was created."""
+    template = next((s for s in snapshot.sandboxes if sandbox_key(s) == key), None)
+    if template is None:
+        pod = next((p for p in snapshot.sandbox_pods if pod_key(p) == key), None)
+        if pod is None:
+            return [("sandboxes", f"{key}: gone")]
+        row = _pod_row(pod, snapshot.taken_at)
+        lines = [(c.title.lower(), v) for c, v in zip(columns("sandboxes"), row.cells, strict=True)]
+        return [*lines, ("claim", pod.claim or "-"), ("created", pod.created or "?")]
+    s = template
+    pool = "none" if s.warm_pool is None else f"{_count(s.warm_ready)}/{s.warm_pool} ready"
+    lines = [
+        ("template", f"{s.namespace}/{s.template}"),
+        ("runtime class", _runtime(s.runtime_class)),
+        ("warm pool", f"{pool} (the SandboxWarmPool's status)"),
+        ("claims", str(s.claims)),
+    ]
+    for p in snapshot.sandbox_pods:
+        if (p.namespace, p.template) == (s.namespace, s.template):
+            row = _pod_row(p, snapshot.taken_at)
+            state, ready, status, node, runtime, age = row.cells[3:]
+            lines.append(("pod", f"{p.name}  {state}  {ready} {status}  {node}  {runtime}  {age}"))
+    return lines
+
+
 def detail(snapshot: Snapshot, view: str, key: str) -> list[tuple[str, str]]:
     if view == "fleet":
         return node_detail(snapshot, key)
     if view == "queues":
         return queue_detail(snapshot, key)
+    if view == "sandboxes":
+        return sandbox_detail(snapshot, key)
     table_ = table(snapshot, view)
     row = next((r for r in table_.rows if r.key == key), None)
     if row is None:
@@ -437,3 +565,33 @@ def _age(iso: str, now: float) -> str:
     if s < 172800:
         return f"{s // 3600}h"
     return f"{s // 86400}d"
+
+
+def kubectl_age(seconds: float) -> str:
+    """An age as kubectl's AGE column writes it (apimachinery's HumanDuration): 45s,
+    5m30s, 42m, 3h12m, 20h, 2d5h, 30d, 1y20d."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        years, days = hours // 24 // 365, hours // 24 % 365
+        return f"{years}y{days}d" if days else f"{years}y"
+    return f"{hours // 24 // 365}y"

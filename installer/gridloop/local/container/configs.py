@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from gridloop.local.container.layout import BRIDGE, NodeLayout
+from gridloop.local.container.layout import BRIDGE, METADATA_IP, NodeLayout
 
 MIRRORED = ("registry.k8s.io", "ghcr.io", "docker.io", "quay.io")
 # the upstream address each mirrored registry really has (docker.io's API is elsewhere)
@@ -176,7 +176,9 @@ def cni_config(layout: NodeLayout, s: NodeSettings) -> str:
                     ],
                     # the pod range is on-link (the subnet above); Services go through
                     # the node, where kube-proxy's rules are; no default route
-                    "routes": [{"dst": s.service_cidr}],
+                    # and the cloud metadata address through the node, as on a cloud VM
+                    # (hostnet.METADATA_IP: on the bridge, where nothing listens)
+                    "routes": [{"dst": s.service_cidr}, {"dst": f"{METADATA_IP}/32"}],
                 },
             },
             {"type": "loopback"},

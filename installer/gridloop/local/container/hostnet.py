@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gridloop.errors import ClusterError
-from gridloop.local.container.layout import BRIDGE
+from gridloop.local.container import network_policy
+from gridloop.local.container.layout import BRIDGE, METADATA_IP
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -69,6 +70,8 @@ def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
     for ip in node_ips:
         if f"{ip}/{prefix}" not in have:
             _ip("addr", "add", f"{ip}/{prefix}", "dev", BRIDGE)
+    if METADATA_CIDR not in have:
+        _ip("addr", "add", METADATA_CIDR, "dev", BRIDGE)
     _ip("link", "set", BRIDGE, "up")
     if _iptables("-n", "-L", ISOLATE) is None:
         raise ClusterError(
@@ -81,18 +84,71 @@ def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
         _iptables("-A", *_DROP)
         _iptables("-I", *_JUMP)
     FORWARDING.write_text("1\n")
+    _ensure_policy_queue()
 
 
 FORWARDING = Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding")
 
 
+# The cloud metadata server's address, on the bridge: a pod's packets to it reach the host
+# (pods have a route to it through their node, configs.cni_config), where nothing
+# listens on it, so a pod no policy restricts is refused and a sandbox's are dropped by
+# its egress NetworkPolicy: the test can tell the two apart. As on a cloud VM, the
+# address is link-local and never routed off the machine.
+METADATA_CIDR = f"{METADATA_IP}/32"
+
+
+def _ensure_policy_queue() -> None:
+    """The mangle chain that hands packets kube-network-policies marked to its nfqueue,
+    hooked from POSTROUTING and INPUT (container/network_policy.py)."""
+    _iptables("-t", "mangle", "-N", network_policy.CHAIN)
+    _iptables("-t", "mangle", "-F", network_policy.CHAIN)
+    for rule in network_policy.queue_rules():
+        _iptables("-t", "mangle", "-A", *rule)
+    for hook in network_policy.HOOKS:
+        jump = [hook, "-j", network_policy.CHAIN]
+        found = _iptables("-t", "mangle", "-C", *jump)
+        if found is not None and found.returncode != 0:
+            _iptables("-t", "mangle", "-I", *jump)
+
+
+def _remove_policy_queue() -> None:
+    for hook in network_policy.HOOKS:
+        jump = [hook, "-j", network_policy.CHAIN]
+        while (
+            check := _iptables("-t", "mangle", "-C", *jump)
+        ) is not None and check.returncode == 0:
+            _iptables("-t", "mangle", "-D", *jump)
+    _iptables("-t", "mangle", "-F", network_policy.CHAIN)
+    _iptables("-t", "mangle", "-X", network_policy.CHAIN)
+    # what a kube-network-policies that did not stop cleanly left (it deletes it itself)
+    nft = shutil.which("nft")
+    if nft is not None:
+        subprocess.run([nft, "delete", "table", "inet", network_policy.TABLE], capture_output=True)
+
+
+def policy_table_present() -> bool:
+    nft = shutil.which("nft")
+    if nft is None:
+        return False
+    listed = subprocess.run(
+        [nft, "list", "table", "inet", network_policy.TABLE], capture_output=True
+    )
+    return listed.returncode == 0
+
+
 def gridloop_chains() -> list[str]:
-    """The GRIDLOOP- chains (ISOLATE, HOST) still on the host."""
+    """The GRIDLOOP- chains (ISOLATE, HOST, NETPOL) still on the host."""
     out = []
     for chain in (ISOLATE, HOST):
         found = _iptables("-n", "-L", chain)
         if found is not None and found.returncode == 0:
-            out.append(chain)
+            out.append(f"iptables filter/{chain}")
+    found = _iptables("-t", "mangle", "-n", "-L", network_policy.CHAIN)
+    if found is not None and found.returncode == 0:
+        out.append(f"iptables mangle/{network_policy.CHAIN}")
+    if policy_table_present():
+        out.append(f"nftables inet/{network_policy.TABLE}")
     return out
 
 
@@ -132,6 +188,7 @@ def _remove_isolation() -> None:
             _iptables("-D", *line.split()[1:])
     _iptables("-F", HOST)
     _iptables("-X", HOST)
+    _remove_policy_queue()
 
 
 def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
@@ -145,7 +202,7 @@ def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
     for ip in node_ips:
         if f"{ip}/{prefix}" in have:
             _ip("addr", "del", f"{ip}/{prefix}", "dev", BRIDGE, check=False)
-    if addresses():
+    if addresses() - {METADATA_CIDR}:
         return False
     _ip("link", "del", BRIDGE)
     _remove_isolation()

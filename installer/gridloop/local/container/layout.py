@@ -16,6 +16,8 @@ from pathlib import Path
 
 SOCKETS_ROOT = Path("/run/gridloop")
 BRIDGE = "gridloop0"  # one host bridge for every container node's pods
+# the cloud metadata server's address: on the bridge, where nothing listens (hostnet.py)
+METADATA_IP = "169.254.169.254"
 # the cgroup (below each v1 hierarchy's root) every container node's processes run under:
 # /gridloop/<cluster>/<node>, so two local clusters (two state directories) never share one
 CGROUP_PARENT = "gridloop"

@@ -140,7 +140,7 @@ def leftovers(layouts: list[NodeLayout], state_dir: Path, network: Network) -> L
     found.addresses = [ip for ip in network.node_ips if ip in have]
     if not hostnet.bridge_exists():  # no local cluster has a container node
         found.rules = kube_chains.present(RULES_RECORD)
-        found.rules += [f"iptables filter/{c}" for c in hostnet.gridloop_chains()]
+        found.rules += hostnet.gridloop_chains()
     return found
 
 

@@ -53,15 +53,15 @@ def image_ref() -> str:
     return f"{REPOSITORY}:{chart['appVersion']}"
 
 
-def _cache() -> Path:
+def cache_dir() -> Path:
     return paths.cache_root() / "images"
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _stamp_ok(stamp: Path, fingerprint: str) -> bool:
+def stamp_ok(stamp: Path, fingerprint: str) -> bool:
     try:
         return bool(json.loads(stamp.read_text()).get("fingerprint") == fingerprint)
     except (OSError, ValueError):
@@ -95,13 +95,13 @@ def base_image() -> tuple[str, bool]:
     comp = versions.get("debian-base")
     name = f"localhost/gridloop-base/debian:{comp.version}"
     fingerprint = "|".join([comp.version, *BASE_PACKAGES, MIRROR, _debootstrap_version()])
-    stamp = _cache() / f"base-{comp.version}.json"
-    if _stamp_ok(stamp, fingerprint) and buildah.exists(name):
+    stamp = cache_dir() / f"base-{comp.version}.json"
+    if stamp_ok(stamp, fingerprint) and buildah.exists(name):
         return name, False
-    log = _cache() / f"base-{comp.version}.log"
+    log = cache_dir() / f"base-{comp.version}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(f"gridloop local build: {name}\n")
-    root = _cache() / f"base-{comp.version}.root"
+    root = cache_dir() / f"base-{comp.version}.root"
     shutil.rmtree(root, ignore_errors=True)
     what = f"making the image base {name} (debootstrap {comp.version})"
     buildah.run_logged(
@@ -138,21 +138,21 @@ def build() -> Built:
     t0 = time.monotonic()
     ref, root = image_ref(), repo_root()
     base, _ = base_image()
-    context = _cache() / "gridloop.context"
+    context = cache_dir() / "gridloop.context"
     shutil.rmtree(context, ignore_errors=True)
     wheels = context / "wheels"
     wheels.mkdir(parents=True)
-    log = _cache() / "gridloop.log"
+    log = cache_dir() / "gridloop.log"
     log.write_text(f"gridloop local build: {ref}\n")
     what = f"building image {ref}"
     pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)]
     buildah.run_logged(pip, log, f"{what}: building the wheels")
     shutil.copyfile(root / "Containerfile", context / "Containerfile")
-    parts = [ref, buildah.image_id(base), _sha256(context / "Containerfile")]
-    parts += [f"{w.name}={_sha256(w)}" for w in sorted(wheels.iterdir())]
+    parts = [ref, buildah.image_id(base), sha256(context / "Containerfile")]
+    parts += [f"{w.name}={sha256(w)}" for w in sorted(wheels.iterdir())]
     fingerprint = "|".join(parts)
-    stamp = _cache() / "gridloop.json"
-    if _stamp_ok(stamp, fingerprint) and buildah.exists(ref):
+    stamp = cache_dir() / "gridloop.json"
+    if stamp_ok(stamp, fingerprint) and buildah.exists(ref):
         shutil.rmtree(context, ignore_errors=True)
         return Built(ref, False, time.monotonic() - t0)
     stamp.unlink(missing_ok=True)

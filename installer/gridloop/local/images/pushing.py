@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop.local import building, paths
-from gridloop.local.images import buildah, gridloop_image, table
+from gridloop.local.images import buildah, gridloop_image, python_images, table
 
 Say = Callable[[str], None]
 # what the rows are made of, from the build cache (recipes.py)
@@ -42,6 +42,10 @@ def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[
     made = gridloop_image.build()
     out.append(Report(made.ref, made.ref, made.fresh, seconds=made.seconds))  # tagged as itself
     say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
+    for row in python_images.IMAGES:
+        made = python_images.build(row)
+        out.append(Report(made.ref, made.ref, made.fresh, seconds=made.seconds))
+        say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
     return out
 
 

@@ -1,0 +1,150 @@
+"""An agent-shaped loop in a gridloop sandbox, through agent-sandbox's own client.
+
+It claims a sandbox from the warm pool of a SandboxTemplate (`k8s-agent-sandbox`'s
+SandboxClient: a SandboxClaim, then requests through the sandbox router), writes a
+small repository with a failing test into it, runs the test (it fails), reads the
+failing file back, writes a fix, runs the test again (it passes), and releases the
+sandbox (the claim is deleted; the warm pool makes a new one). Every step is printed as
+one JSON line: what was done, its exit code, the sizes of its output and how long it
+took; the last line is the episode's reward (1.0 when the tests pass at the end).
+
+    pip install k8s-agent-sandbox==0.2.1
+    python examples/sandboxes/agent.py --namespace agents --template default
+
+Without --api-url the client reaches the router with `kubectl port-forward` to
+`svc/sandbox-router-svc` in the namespace (its developer mode: kubectl on PATH, your
+kubeconfig); with it, at that URL (for example from a pod:
+http://sandbox-router-svc.agents.svc.cluster.local:8080).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from k8s_agent_sandbox import SandboxClient
+
+# the repository the agent works on: a function with an off-by-one, and its test
+CALC = '''def total(values):
+    """The sum of every value."""
+    result = 0
+    for i in range(len(values) - 1):
+        result += values[i]
+    return result
+'''
+FIXED = CALC.replace("range(len(values) - 1)", "range(len(values))")
+TEST = """import unittest
+
+from calc import total
+
+
+class TotalTest(unittest.TestCase):
+    def test_sums_every_value(self):
+        self.assertEqual(total([1, 2, 3]), 6)
+
+
+if __name__ == "__main__":
+    unittest.main()
+"""
+# the runtime runs a command without a shell and waits for it; `timeout` ends it in the
+# sandbox, so a command that hangs cannot hold the sandbox's runtime
+TEST_COMMAND = "python3 -m unittest -v test_calc"
+
+
+def quiet_client_logs() -> None:
+    """The client logs to stdout at INFO; keep stdout for the trajectory."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+
+class Trajectory:
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.out = out
+
+    def record(self, action: str, target: str, call: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        result = call()
+        step: dict[str, Any] = {"step": len(self.steps) + 1, "action": action, "target": target}
+        if action == "run":
+            step |= {
+                "exit_code": result.exit_code,
+                "stdout_bytes": len(result.stdout.encode()),
+                "stderr_bytes": len(result.stderr.encode()),
+            }
+        elif action == "read":
+            step["bytes"] = len(result)
+        elif action == "list":
+            step["entries"] = sorted(entry.name for entry in result)
+        elif action == "exists":
+            step["exists"] = bool(result)
+        step["seconds"] = round(time.monotonic() - t0, 4)
+        self.steps.append(step)
+        self.out(json.dumps(step))
+        return result
+
+
+def run_episode(sandbox: Any, trajectory: Trajectory, timeout: int) -> bool:
+    """The agent's steps in a claimed sandbox; True when the tests pass at the end."""
+
+    def run(command: str) -> Any:
+        return trajectory.record(
+            "run",
+            command,
+            lambda: sandbox.run(f"timeout {timeout} {command}", timeout=timeout + 10),
+        )
+
+    trajectory.record("write", "calc.py", lambda: sandbox.write("calc.py", CALC))
+    trajectory.record("write", "test_calc.py", lambda: sandbox.write("test_calc.py", TEST))
+    trajectory.record("list", ".", lambda: sandbox.list("."))
+    first = run(TEST_COMMAND)
+    if first.exit_code == 0:
+        return True  # nothing to fix
+    source = trajectory.record("read", "calc.py", lambda: sandbox.read("calc.py")).decode()
+    patched = source.replace("range(len(values) - 1)", "range(len(values))")
+    trajectory.record("write", "calc.py", lambda: sandbox.write("calc.py", patched))
+    trajectory.record("exists", "calc.py", lambda: sandbox.exists("calc.py"))
+    return bool(run(TEST_COMMAND).exit_code == 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespace", default="agents", help="a sandbox namespace")
+    parser.add_argument("--template", default="default", help="the SandboxTemplate")
+    parser.add_argument("--api-url", default=None, help="the router's URL (default: port-forward)")
+    parser.add_argument("--timeout", type=int, default=30, help="seconds per command")
+    args = parser.parse_args(argv)
+    quiet_client_logs()
+    trajectory = Trajectory()
+    t0 = time.monotonic()
+    client = SandboxClient(
+        template_name=args.template,
+        namespace=args.namespace,
+        api_url=args.api_url,
+        sandbox_ready_timeout=120,
+    )
+    with client as sandbox:
+        claimed = time.monotonic() - t0
+        passed = run_episode(sandbox, trajectory, args.timeout)
+        names = {"claim": sandbox.claim_name, "pod": sandbox.pod_name}
+    summary = {
+        "reward": 1.0 if passed else 0.0,
+        "passed": passed,
+        **names,
+        "claim_seconds": round(claimed, 3),
+        "seconds": round(time.monotonic() - t0, 3),
+        "steps": len(trajectory.steps),
+    }
+    print(json.dumps(summary))
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
