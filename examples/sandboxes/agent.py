@@ -28,6 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from k8s_agent_sandbox import SandboxClient
+from kubernetes import client as kube
+from kubernetes import config as kubeconfig
 
 # the repository the agent works on: a function with an off-by-one, and its test
 CALC = '''def total(values):
@@ -91,6 +93,23 @@ class Trajectory:
         return result
 
 
+def missing_template(namespace: str, template: str) -> str | None:
+    """Why a claim for `template` could never be served, or None. agent-sandbox's client
+    would only time out waiting: its claim's condition says TemplateNotFound."""
+    try:
+        kubeconfig.load_incluster_config()
+    except kubeconfig.ConfigException:
+        kubeconfig.load_kube_config()
+    found = kube.CustomObjectsApi().list_namespaced_custom_object(
+        "extensions.agents.x-k8s.io", "v1alpha1", namespace, "sandboxtemplates"
+    )
+    names = sorted(item["metadata"]["name"] for item in found.get("items", []))
+    if template in names:
+        return None
+    have = ", ".join(names) if names else "none"
+    return f"--template: no SandboxTemplate {template!r} in namespace {namespace} (there: {have})"
+
+
 def run_episode(sandbox: Any, trajectory: Trajectory, timeout: int) -> bool:
     """The agent's steps in a claimed sandbox; True when the tests pass at the end."""
 
@@ -122,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=30, help="seconds per command")
     args = parser.parse_args(argv)
     quiet_client_logs()
+    problem = missing_template(args.namespace, args.template)
+    if problem:
+        print(f"agent.py: {problem}", file=sys.stderr)
+        return 2
     trajectory = Trajectory()
     t0 = time.monotonic()
     client = SandboxClient(

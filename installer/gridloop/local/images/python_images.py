@@ -38,6 +38,8 @@ class PythonImage:
     folder: str  # the upstream folder inside that module
     files: tuple[str, ...]  # what of it goes into the build context
     requirements: str = "requirements.txt"  # in `folder`, pinned with hashes
+    # gridloop's own files beside the Containerfile (images/<name>/) that go in too
+    own_files: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -58,6 +60,7 @@ IMAGES = (
         component="agent-sandbox",
         folder="clients/python/agentic-sandbox-client/sandbox-router",
         files=("sandbox_router.py",),
+        own_files=("gridloop_router.py",),
     ),
 )
 
@@ -86,6 +89,8 @@ def build(image: PythonImage) -> gridloop_image.Built:
     shutil.copyfile(root / "images" / image.name / "Containerfile", context / "Containerfile")
     for name in (*image.files, image.requirements):
         shutil.copyfile(source / name, context / name)
+    for name in image.own_files:
+        shutil.copyfile(root / "images" / image.name / name, context / name)
     pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
     pip += ["--only-binary=:all:", "--dest", str(wheels), "-r", str(context / image.requirements)]
     buildah.run_logged(pip, log, f"{what}: downloading upstream's pinned requirements")
