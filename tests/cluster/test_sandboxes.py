@@ -1,0 +1,541 @@
+"""Agents' sandboxes, for real: code runs in gVisor sandboxes from the warm pool, through
+agent-sandbox's own client (k8s-agent-sandbox 0.2.1) and router, and cannot get out.
+
+The chart is installed with the local profile: the sandbox runtime and router are the
+images built from agent-sandbox's v0.2.1 module, the sandboxes run under gVisor (runsc)
+on the container node, and kube-network-policies (built from its module, beside
+kube-proxy) enforces the sandbox namespaces' NetworkPolicies. Every escape is tried from
+inside a claimed sandbox and, where that tells the reader something, from a control: the
+same runtime image under gVisor in a namespace with no policy, so a blocked attempt is
+shown to be blocked by the policy and not by the network itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from container_pods import TOLERATE, pod_spec
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from platform_install import HEALTH_OFF, Installed, installed_platform
+
+from gridloop.fleet import CONTAINER_NODE_LABEL
+from gridloop.local.images import python_images, table
+
+pytestmark = pytest.mark.cluster
+
+NS = "agents"
+TEMPLATE = "default"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sandboxes" / "agent.py"
+EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
+RUNTIME = python_images.by_name(python_images.RUNTIME).ref
+POOL_LABEL = "agents.x-k8s.io/pool"
+# a TCP connect from inside, with an outcome a test can tell apart: a policy drops the
+# packet (the connect times out), nothing listens (refused), or it gets through
+PROBE = """\
+import socket
+s = socket.socket()
+s.settimeout({seconds})
+try:
+    s.connect(({host!r}, {port}))
+    print("connected")
+except socket.timeout:
+    print("dropped")
+except ConnectionRefusedError:
+    print("refused")
+except OSError as err:
+    print("error", err.errno)
+"""
+
+
+def probe_command(host: str, port: int, seconds: float = 3) -> str:
+    code = PROBE.format(host=host, port=port, seconds=seconds)
+    return f"python3 -c {shlex.quote(code)}"
+
+
+@pytest.fixture(scope="module")
+def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
+    work = tmp_path_factory.mktemp("sandboxes")
+    with installed_platform(local_cluster, work, HEALTH_OFF) as done:
+        yield done
+
+
+@pytest.fixture(scope="module")
+def client_env(local_cluster, platform) -> Iterator[dict[str, str]]:
+    """The environment a user's agent runs in: their kubeconfig, and kubectl on PATH (the
+    client's developer mode port-forwards to the router with it)."""
+    tools = str(local_cluster.state.dir / "bin")
+    env = {"KUBECONFIG": str(local_cluster.kubeconfig), "PATH": f"{tools}:{os.environ['PATH']}"}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    # the client's load_kube_config() reads this, set from $KUBECONFIG at import
+    from kubernetes.config import kube_config
+
+    default = kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = env["KUBECONFIG"]
+    try:
+        wait_for_warm_pool(local_cluster.core)
+        yield {**os.environ, **env}
+    finally:
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = default
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def sandbox_pods(core: client.CoreV1Api) -> list[client.V1Pod]:
+    selector = "app.kubernetes.io/component=sandbox"
+    return list(core.list_namespaced_pod(NS, label_selector=selector).items)
+
+
+def ready(pod: client.V1Pod) -> bool:
+    conditions = pod.status.conditions or []
+    return pod.metadata.deletion_timestamp is None and any(
+        c.type == "Ready" and c.status == "True" for c in conditions
+    )
+
+
+def warm_pods(core: client.CoreV1Api) -> list[client.V1Pod]:
+    return [p for p in sandbox_pods(core) if POOL_LABEL in (p.metadata.labels or {}) and ready(p)]
+
+
+def wait_for_warm_pool(core: client.CoreV1Api, timeout: float = 180) -> list[client.V1Pod]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if warm := warm_pods(core):
+            return warm
+        time.sleep(0.5)
+    pods = [(p.metadata.name, p.status.phase) for p in sandbox_pods(core)]
+    raise AssertionError(f"no ready warm sandbox in {NS} after {timeout}s: {pods}")
+
+
+def sandbox_client(**kwargs: Any) -> Any:
+    from k8s_agent_sandbox import SandboxClient
+
+    return SandboxClient(template_name=TEMPLATE, namespace=NS, sandbox_ready_timeout=120, **kwargs)
+
+
+# --- the example agent, end to end ---
+
+
+def test_the_example_agent_fixes_the_build_in_a_warm_sandbox_and_the_pool_refills(
+    local_cluster, client_env
+) -> None:
+    core = local_cluster.core
+    warm_before = {p.metadata.name for p in wait_for_warm_pool(core)}
+
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--namespace", NS, "--template", TEMPLATE],
+        capture_output=True,
+        text=True,
+        env=client_env,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    steps, summary = lines[:-1], lines[-1]
+    assert summary["reward"] == 1.0 and summary["passed"] is True
+    assert summary["pod"] in warm_before, "the claim was served from the warm pool"
+    runs = [s for s in steps if s["action"] == "run"]
+    assert [r["exit_code"] for r in runs] == [1, 0], "the test fails, then passes"
+    assert all(r["stderr_bytes"] > 0 for r in runs)  # unittest reports on stderr
+    assert {s["action"] for s in steps} == {"write", "list", "run", "read", "exists"}
+    assert next(s for s in steps if s["action"] == "list")["entries"] == ["calc.py", "test_calc.py"]
+    assert all(s["seconds"] >= 0 for s in steps)
+    # released: the claim is gone, and the pool holds a warm sandbox again (another pod)
+    custom = client.CustomObjectsApi(local_cluster.api)
+    claims = custom.list_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims")["items"]
+    assert summary["claim"] not in {c["metadata"]["name"] for c in claims}
+    refilled = {p.metadata.name for p in wait_for_warm_pool(core)}
+    assert summary["pod"] not in refilled
+
+
+def test_a_warm_sandbox_is_a_gvisor_pod_on_the_container_node_with_the_secure_defaults(
+    local_cluster, client_env
+) -> None:
+    (pod, *_) = wait_for_warm_pool(local_cluster.core)
+
+    assert pod.spec.runtime_class_name == "gvisor"
+    assert pod.spec.node_name.startswith("system-")
+    assert pod.spec.automount_service_account_token is False
+    assert pod.spec.security_context.run_as_non_root is True
+    (container,) = pod.spec.containers
+    assert container.image == RUNTIME
+    context = container.security_context
+    assert context.read_only_root_filesystem is True
+    assert context.allow_privilege_escalation is False
+    assert context.capabilities.drop == ["ALL"]
+    mounts = {m.mount_path: m.name for m in container.volume_mounts}
+    assert mounts == {"/app": "workspace", "/tmp": "tmp"}
+
+
+# --- the kernel: gVisor's in a sandbox, the host's in a runc pod ---
+
+
+def test_inside_a_sandbox_the_kernel_is_gvisors_and_in_a_runc_pod_the_hosts(
+    local_cluster, client_env, namespace, eventually
+) -> None:
+    host_version = Path("/proc/version").read_text().strip()
+    with sandbox_client() as sandbox:
+        version = sandbox.run("cat /proc/version")
+        dmesg = sandbox.run("dmesg")
+    assert version.exit_code == 0
+    assert "gvisor" in version.stdout.lower() and version.stdout.strip() != host_version
+    assert "Starting gVisor" in dmesg.stdout
+
+    core = local_cluster.core
+    core.create_namespaced_pod(namespace, pod_spec("runc", ["cat", "/proc/version"]))
+    eventually(
+        lambda: core.read_namespaced_pod("runc", namespace).status.phase == "Succeeded",
+        "the runc pod to finish",
+        60,
+    )
+    assert core.read_namespaced_pod_log("runc", namespace).strip() == host_version
+
+
+# --- escapes ---
+
+
+@pytest.fixture(scope="module")
+def control(local_cluster, client_env, tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """A namespace with no NetworkPolicy holding the same runtime under gVisor (the
+    control, driven from the host on its port) and a busybox web server with a Service
+    (the other pod and the other namespace's ClusterIP Service a sandbox tries)."""
+    core = local_cluster.core
+    name = f"escape-control-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {"name": name}})
+    runtime = pod_spec("runtime", [])
+    runtime["metadata"]["labels"] = {"app": "control"}
+    runtime["spec"]["runtimeClassName"] = "gvisor"
+    runtime["spec"]["restartPolicy"] = "Always"
+    (container,) = runtime["spec"]["containers"]
+    del container["command"]
+    container.update(
+        image=RUNTIME,
+        ports=[{"containerPort": 8888}],
+        readinessProbe={"httpGet": {"path": "/", "port": 8888}, "periodSeconds": 1},
+    )
+    container["securityContext"]["runAsUser"] = 1000
+    target = pod_spec("target", ["httpd", "-f", "-p", "8080"])
+    target["metadata"]["labels"] = {"app": "target"}
+    target["spec"]["restartPolicy"] = "Always"
+    core.create_namespaced_pod(name, runtime)
+    core.create_namespaced_pod(name, target)
+    core.create_namespaced_service(
+        name,
+        {
+            "metadata": {"name": "target"},
+            "spec": {"selector": {"app": "target"}, "ports": [{"port": 8080}]},
+        },
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            pods = [core.read_namespaced_pod(n, name) for n in ("runtime", "target")]
+            if all(ready(p) for p in pods):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"control pods not ready: {[p.status.phase for p in pods]}")
+        node = core.read_node(pods[0].spec.node_name)
+        node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+        yield {
+            "namespace": name,
+            "runtime_ip": pods[0].status.pod_ip,
+            "target_ip": pods[1].status.pod_ip,
+            "service_ip": core.read_namespaced_service("target", name).spec.cluster_ip,
+            "node_ip": node_ip,
+            "kubelet_port": node.status.daemon_endpoints.kubelet_endpoint.port,
+            "apiserver_port": local_cluster.state.ports.apiserver,
+        }
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+def from_control(control: dict[str, Any], command: str) -> dict[str, Any]:
+    """Run `command` in the control runtime, through its own API (the host reaches it)."""
+    request = urllib.request.Request(
+        f"http://{control['runtime_ip']}:8888/execute",
+        data=json.dumps({"command": command}).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return dict(json.loads(response.read()))
+
+
+# (what is tried, its address from the control's facts, in the sandbox, in the control,
+# what stops it)
+POLICY = "the enforced NetworkPolicy (gridloop-sandbox-egress: no 10.0.0.0/8)"
+ESCAPES = [
+    ("the API server at the node's address", "node_ip", "apiserver_port", "connected", POLICY),
+    ("the API server's Service", "10.96.0.1", 443, "connected", POLICY),
+    ("the kubelet's port", "node_ip", "kubelet_port", "connected", POLICY),
+    ("another pod's IP", "target_ip", 8080, "connected", POLICY),
+    ("a ClusterIP Service in another namespace", "service_ip", 8080, "connected", POLICY),
+    (
+        "the cloud metadata address (nothing listens there)",
+        "169.254.169.254",
+        80,
+        "refused",
+        "the enforced NetworkPolicy (gridloop-sandbox-egress: no 169.254.0.0/16)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "host", "port", "control_outcome", "blocked_by"),
+    ESCAPES,
+    ids=[e[0] for e in ESCAPES],
+)
+def test_a_sandbox_cannot_reach(
+    client_env, control, what: str, host: str, port: Any, control_outcome: str, blocked_by: str
+) -> None:
+    address = control.get(host, host)
+    number = int(control.get(port, port)) if isinstance(port, str) else port
+    command = probe_command(address, number)
+
+    seen = from_control(control, command)["stdout"].strip()
+    with sandbox_client() as sandbox:
+        tried = sandbox.run(command, timeout=30)
+
+    assert seen == control_outcome, f"control: {what} at {address}:{number} gave {seen}"
+    assert tried.stdout.strip() == "dropped", (
+        f"{what} at {address}:{number}: {tried.stdout}{tried.stderr} (should be blocked by "
+        f"{blocked_by})"
+    )
+
+
+def test_a_sandbox_cannot_read_the_hosts_files(client_env, tmp_path) -> None:
+    """Blocked by gVisor: its gofer serves the container's root and volumes only."""
+    marker = tmp_path / f"host-secret-{uuid.uuid4().hex[:6]}"
+    marker.write_text("the host's\n")
+    with sandbox_client() as sandbox:
+        direct = sandbox.run(f"cat {marker}")
+        via_proc = sandbox.run(f"cat /proc/1/root{marker}")
+        hostname = sandbox.run("cat /etc/hostname")
+    assert direct.exit_code != 0 and "No such file" in direct.stderr
+    assert via_proc.exit_code != 0
+    assert hostname.stdout.strip() != Path("/etc/hostname").read_text().strip()
+
+
+def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, control) -> None:
+    """Blocked by the first's ingress policies (gridloop-sandbox-ingress and agent-sandbox's
+    per-template one: the router only) and the second's egress (no 10.0.0.0/8)."""
+    with sandbox_client() as first, sandbox_client() as second:
+        first_ip = local_cluster.core.read_namespaced_pod(first.pod_name, NS).status.pod_ip
+        assert first.run("echo here").stdout == "here\n", "the router reaches the first"
+        tried = second.run(probe_command(first_ip, 8888), timeout=30)
+        from_outside = from_control(control, probe_command(first_ip, 8888))
+    assert tried.stdout.strip() == "dropped"
+    assert from_outside["stdout"].strip() == "dropped", "only the router gets in"
+
+
+def test_dns_still_resolves_in_a_sandbox(client_env) -> None:
+    lookup = "import socket; print(socket.gethostbyname('kubernetes.default.svc.cluster.local'))"
+    with sandbox_client() as sandbox:
+        answer = sandbox.run(f"python3 -c {shlex.quote(lookup)}")
+    assert answer.stdout.strip() == "10.96.0.1", answer.stderr
+
+
+# --- admission, on pods that would really run (the container node, its taint) ---
+
+
+def sandbox_namespace_pod(name: str, runtime: str | None, **container: Any) -> dict[str, Any]:
+    pod = pod_spec(name, ["sleep", "3600"])
+    if runtime:
+        pod["spec"]["runtimeClassName"] = runtime
+    pod["spec"]["containers"][0].update(container)
+    return pod
+
+
+REFUSED = [
+    ("no-gvisor", None, {}, {}, "must set spec.runtimeClassName to one of gvisor"),
+    (
+        "privileged",
+        "gvisor",
+        {"securityContext": {"privileged": True}},
+        {},
+        "privileged",
+    ),
+    (
+        "hostpath",
+        "gvisor",
+        {"volumeMounts": [{"name": "host", "mountPath": "/host"}]},
+        {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]},
+        "hostPath",
+    ),
+    ("hostnetwork", "gvisor", {}, {"hostNetwork": True}, "hostNetwork"),
+    (
+        "router-image-own-command",
+        None,
+        {"image": python_images.by_name(python_images.ROUTER).ref, "command": ["sh"]},
+        {},
+        "must set spec.runtimeClassName to one of gvisor",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "runtime", "container", "spec", "message"), REFUSED, ids=[r[0] for r in REFUSED]
+)
+def test_admission_refuses_an_escaping_pod_in_a_sandbox_namespace(
+    local_cluster, platform, name: str, runtime, container, spec, message: str
+) -> None:
+    pod = sandbox_namespace_pod(name, runtime, **container)
+    pod["spec"].update(spec)
+
+    with pytest.raises(ApiException) as refused:
+        local_cluster.core.create_namespaced_pod(NS, pod)
+
+    assert refused.value.status in (400, 403, 422)
+    assert message in str(refused.value.body), refused.value.body
+
+
+def test_the_same_pod_with_gvisor_is_admitted_and_runs(local_cluster, platform, eventually) -> None:
+    core = local_cluster.core
+    pod = sandbox_namespace_pod(f"admitted-{uuid.uuid4().hex[:5]}", "gvisor")
+    pod["spec"]["automountServiceAccountToken"] = False
+    core.create_namespaced_pod(NS, pod)
+    name = pod["metadata"]["name"]
+    try:
+        eventually(lambda: ready(core.read_namespaced_pod(name, NS)), "the gVisor pod to run", 60)
+        assert core.read_namespaced_pod(name, NS).spec.node_selector == {
+            CONTAINER_NODE_LABEL: "true"
+        }
+    finally:
+        core.delete_namespaced_pod(name, NS, grace_period_seconds=0)
+
+
+# --- bad input: a clear error, and the sandbox and the pool stay healthy ---
+
+
+def test_a_claim_for_a_template_that_does_not_exist(local_cluster, client_env) -> None:
+    core = local_cluster.core
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--namespace", NS, "--template", "no-such-template"],
+        capture_output=True,
+        text=True,
+        env=client_env,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "agent.py: --template: no SandboxTemplate 'no-such-template' in namespace agents "
+        "(there: default)"
+    )
+    assert done.stdout == ""
+
+    # agent-sandbox's client alone waits, then times out; the claim's condition says why
+    from k8s_agent_sandbox import SandboxClient
+
+    custom = client.CustomObjectsApi(local_cluster.api)
+    bare = SandboxClient(template_name="no-such-template", namespace=NS, sandbox_ready_timeout=5)
+    with pytest.raises(TimeoutError, match="did not become ready within 5 seconds"):
+        bare.__enter__()
+    assert bare.claim_name is not None
+    with pytest.raises(ApiException) as gone:  # the client deleted its claim on the way out
+        custom.get_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", bare.claim_name)
+    assert gone.value.status == 404
+    assert warm_pods(core), "the warm pool is untouched"
+
+
+def test_a_claim_names_the_missing_template_in_its_condition(local_cluster, client_env) -> None:
+    custom = client.CustomObjectsApi(local_cluster.api)
+    name = f"missing-{uuid.uuid4().hex[:5]}"
+    claim = {
+        "apiVersion": "/".join(EXTENSIONS),
+        "kind": "SandboxClaim",
+        "metadata": {"name": name},
+        "spec": {"sandboxTemplateRef": {"name": "no-such-template"}},
+    }
+    custom.create_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", claim)
+    try:
+        deadline = time.monotonic() + 30
+        conditions: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not conditions:
+            got = custom.get_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", name)
+            conditions = (got.get("status") or {}).get("conditions") or []
+            time.sleep(0.5)
+        (condition,) = [c for c in conditions if c["type"] == "Ready"]
+        assert condition["status"] == "False"
+        assert condition["reason"] == "TemplateNotFound"
+        assert condition["message"] == 'SandboxTemplate "no-such-template" not found'
+    finally:
+        custom.delete_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", name)
+
+
+def test_a_command_past_its_timeout_is_ended_and_the_sandbox_answers_the_next(
+    client_env,
+) -> None:
+    with sandbox_client() as sandbox:
+        t0 = time.monotonic()
+        slow = sandbox.run("timeout 2 sleep 60", timeout=30)
+        took = time.monotonic() - t0
+        after = sandbox.run("echo still here")
+    assert slow.exit_code == 124, "timeout(1)'s exit code: the command ran past its limit"
+    assert took < 10
+    assert after.stdout == "still here\n"
+
+
+def test_an_upload_over_the_limit_is_refused_and_the_sandbox_and_router_carry_on(
+    local_cluster, client_env
+) -> None:
+    limit = 16 * 1024 * 1024  # the local profile's agentSandbox.router.maxRequestBytes
+    restarts_before = router_restarts(local_cluster.core)
+    with sandbox_client() as sandbox:
+        with pytest.raises(RuntimeError) as refused:
+            sandbox.write("too-big.bin", b"x" * (limit + 1024 * 1024))
+        cause = refused.value.__cause__
+        response = getattr(cause, "response", None)
+        assert response is not None and response.status_code == 413
+        assert "over the sandbox router's limit of 16777216 bytes" in response.json()["detail"]
+        sandbox.write("fits.bin", b"y" * (limit // 2))
+        listed = {entry.name: entry.size for entry in sandbox.list(".")}
+    assert listed == {"fits.bin": limit // 2}
+    assert router_restarts(local_cluster.core) == restarts_before, "the router was not OOMKilled"
+    assert wait_for_warm_pool(local_cluster.core, 60), "the pool refills as after any claim"
+
+
+def router_restarts(core: client.CoreV1Api) -> int:
+    pods = core.list_namespaced_pod(NS, label_selector="app=sandbox-router").items
+    return sum(s.restart_count for p in pods for s in (p.status.container_statuses or []))
+
+
+def test_the_router_is_the_only_runc_pod_the_policy_lets_into_a_sandbox_namespace(
+    local_cluster, platform
+) -> None:
+    (router,) = local_cluster.core.list_namespaced_pod(
+        NS, label_selector="app=sandbox-router"
+    ).items
+    assert router.spec.runtime_class_name is None  # runc: port-forward reaches it
+    assert router.spec.automount_service_account_token is False
+    assert router.spec.tolerations and any(
+        t.key == TOLERATE[0]["key"] for t in router.spec.tolerations
+    )
+
+
+# --- gridloop status ---
+
+
+def test_status_shows_the_warm_sandbox_its_node_and_runtime_class(
+    local_cluster, client_env, gridloop
+) -> None:
+    (pod, *_) = wait_for_warm_pool(local_cluster.core)
+    done = gridloop("status", "--once", "--view", "sandboxes", env={**client_env, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    (row,) = [line for line in done.stdout.splitlines() if pod.metadata.name in line]
+    assert "warm" in row and "gvisor" in row and pod.spec.node_name in row
