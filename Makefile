@@ -36,7 +36,8 @@ build: setup host-packages
 
 # start the local cluster with the default simulated GPU fleet, install the bundle on it
 # (KAITO cannot be downloaded here: left out), show the chart's
-# controllers and health service running as real pods on the container node, and
+# controllers and health service running as real pods on the container node, run the
+# example agent in a gVisor sandbox from the warm pool (examples/sandboxes/agent.py), and
 # show the fleet, its queues and the health service's work once (`gridloop status` is the
 # live view)
 demo: build
@@ -45,6 +46,8 @@ demo: build
 	$(BIN)/gridloop install --profile local --wait
 	@eval "$$($(BIN)/gridloop local env)" && \
 	  kubectl get pods -A -o wide --field-selector spec.nodeName=system-000
+	@eval "$$($(BIN)/gridloop local env)" && \
+	  $(BIN)/python examples/sandboxes/agent.py --namespace agents --template default
 	$(BIN)/gridloop status --once --all
 
 down: setup

@@ -31,7 +31,7 @@ from kubernetes.client.rest import ApiException
 from platform_install import HEALTH_OFF, Installed, installed_platform
 
 from gridloop.fleet import CONTAINER_NODE_LABEL
-from gridloop.local.images import python_images, table
+from gridloop.local.images import python_images
 
 pytestmark = pytest.mark.cluster
 
