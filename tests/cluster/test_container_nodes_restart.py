@@ -15,6 +15,7 @@ import pytest
 from container_pods import NODE, kubectl, phase, pod_spec
 
 from gridloop.local import cluster, processes
+from gridloop.local.container import hostnet
 from gridloop.local.container.layout import BRIDGE, SOCKETS_ROOT, cluster_cgroup
 
 pytestmark = [pytest.mark.cluster, pytest.mark.restarts_cluster]
@@ -87,6 +88,8 @@ def test_down_leaves_nothing_and_up_brings_the_same_pods_back(local_cluster, nam
     assert not (netns_before & _netns_of_pods())
     assert subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0
     assert not _chains()
+    # kube-network-policies' nftables table went with it (it deletes it as it stops)
+    assert not hostnet.policy_table_present()
     assert not SOCKETS_ROOT.exists()
     assert not [p for p in state.ports.by_process().values() if processes.listening(p)]
 

@@ -81,6 +81,7 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kubelet/system-000",
         "kube-proxy",
         "coredns",
+        "kube-network-policies",
         "dcgm-sim",
         "prometheus",
     ]

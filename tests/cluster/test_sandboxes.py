@@ -510,6 +510,26 @@ def test_an_upload_over_the_limit_is_refused_and_the_sandbox_and_router_carry_on
     assert wait_for_warm_pool(local_cluster.core, 60), "the pool refills as after any claim"
 
 
+def test_a_full_workspace_refuses_the_write_and_the_sandbox_keeps_serving(client_env) -> None:
+    """/app is a tmpfs of the local profile's template.workspaceSizeLimit (64 MiB): the
+    kernel refuses the write, where a disk volume over its limit gets the pod evicted."""
+    chunk = 8 * 1024 * 1024  # under the router's 16 MiB limit
+    written = 0
+    with sandbox_client() as sandbox:
+        with pytest.raises(RuntimeError) as full:
+            for index in range(16):
+                sandbox.write(f"part-{index}.bin", b"z" * chunk)
+                written += 1
+        response = getattr(full.value.__cause__, "response", None)
+        assert response is not None and response.status_code == 500
+        assert "No space left on device" in response.text
+        after = sandbox.run("echo still here")
+        pod = sandbox.pod_name
+    assert 4 <= written < 8, f"{written} files of 8 MiB fitted in a 64 MiB workspace"
+    assert after.stdout == "still here\n"
+    assert pod  # the sandbox served to the end; the claim is released above
+
+
 def router_restarts(core: client.CoreV1Api) -> int:
     pods = core.list_namespaced_pod(NS, label_selector="app=sandbox-router").items
     return sum(s.restart_count for p in pods for s in (p.status.container_statuses or []))

@@ -1,0 +1,45 @@
+"""The images built from upstream Python programs (images/python_images.py) and the chart
+that runs them: one name for each, and their Containerfiles beside the repository's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gridloop import versions
+from gridloop.local.images import python_images
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def values() -> dict:
+    return yaml.safe_load((REPO / "charts" / "gridloop" / "values.yaml").read_text())
+
+
+def test_the_chart_runs_the_sandbox_images_the_local_build_makes() -> None:
+    sandbox = values()["agentSandbox"]
+    runtime = python_images.by_name(python_images.RUNTIME)
+    router = python_images.by_name(python_images.ROUTER)
+
+    assert sandbox["template"]["image"] == runtime.ref
+    assert sandbox["router"]["image"] == router.ref
+
+
+def test_each_image_is_tagged_with_the_version_of_the_module_it_is_built_from() -> None:
+    for image in python_images.IMAGES:
+        assert image.ref.endswith(":" + versions.get(image.component).version)
+        assert image.component == "agent-sandbox"
+
+
+def test_each_image_has_its_containerfile_and_own_files_in_the_repository() -> None:
+    for image in python_images.IMAGES:
+        folder = REPO / "images" / image.name
+        assert (folder / "Containerfile").is_file()
+        for name in image.own_files:
+            assert (folder / name).is_file()
+        text = (folder / "Containerfile").read_text()
+        for name in (*image.files, *image.own_files):
+            assert name in text, f"{image.name}'s Containerfile copies {name}"
+        assert "--require-hashes" in text, "upstream's pins are checked again in the build"
+        assert "USER 1000:1000" in text
