@@ -307,9 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         result["commands"] = bench.command_latency(
             pods, args.commands, ("echo hi", "python3 -c print(1)")
         )
-        result["idle_memory_mib"] = {
-            r: round(pod_memory(p) / 2**20, 1) for r, p in pods.items()
-        }
+        result["idle_memory_mib"] = {r: round(pod_memory(p) / 2**20, 1) for r, p in pods.items()}
     finally:
         bench.core.delete_namespace(namespace, propagation_policy="Background")
     say("density")
