@@ -170,6 +170,7 @@ def test_the_controllers_and_the_health_service_run_as_real_containers_on_the_co
         NAMESPACE: {f"{RELEASE}-health", "kuberay-operator"},
         "kueue-system": {"kueue-controller-manager"},
         SANDBOX_SYSTEM: {"agent-sandbox-controller"},
+        SANDBOX_NAMESPACE: {"sandbox-router"},
     }
     apps = client.AppsV1Api(local_cluster.api)
     for namespace, names in wanted.items():
