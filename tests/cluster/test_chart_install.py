@@ -604,6 +604,7 @@ def test_a_plain_helm_install_of_the_bundle_refuses_bad_values_and_readies_every
             "kuberay-operator",
             "agent-sandbox-controller",
             "kueue-controller-manager",
+            "sandbox-router",
         }
         for doc in released:
             kind, name = doc["kind"], doc["metadata"]["name"]
