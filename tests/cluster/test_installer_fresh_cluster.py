@@ -46,11 +46,9 @@ KWOK_ONLY = {
     "kueue": {"enabled": False},
     "systemNodes": {"nodeSelector": {"gridloop.io/container-node": None}, "tolerations": []},
     "health": {"replicas": 1},
-    # the local profile puts the sandbox router on the container nodes, which this
-    # cluster has not: anywhere (kwok) instead, as systemNodes above
-    "agentSandbox": {
-        "router": {"nodeSelector": {"gridloop.io/container-node": None}, "tolerations": []}
-    },
+    # the local profile runs the sandbox router on the container nodes, which this
+    # cluster has not, and sandboxes run nowhere here: the router is off
+    "agentSandbox": {"router": {"enabled": False}},
 }
 
 
@@ -178,13 +176,12 @@ def test_install_on_a_clean_cluster_goes_in_phases_to_all_ready(fresh: Fresh) ->
     assert steps == ["values", "doctor", "CRDs", "components", "release", "ready"]
     assert "18 applied server-side, Established" in result.stdout
     assert f"✓ release {RELEASE} revision 1 deployed" in said(result)
-    assert "✓ ready 4 workloads ready" in said(result)
+    assert "✓ ready 3 workloads ready" in said(result)
     ready = _ready_deployments(fresh.api)
     assert {name.split("/")[1] for name in ready} == {
         HEALTH,
         "kuberay-operator",
         "agent-sandbox-controller",
-        "sandbox-router",
     }
     assert all(ready.values()), ready
     assert fresh.revisions() == {1: "deployed"}
