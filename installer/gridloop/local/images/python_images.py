@@ -11,7 +11,8 @@ on the same local Debian base as gridloop's own (gridloop_image.base_image) with
 exactly what upstream pinned.
 
 Cached by what it is made of: the base's image ID, the Containerfile, the upstream
-files and every wheel's digest.
+files and the hashed requirements (which name every wheel by its digest), so a warm
+build downloads nothing.
 """
 
 from __future__ import annotations
@@ -91,19 +92,20 @@ def build(image: PythonImage) -> gridloop_image.Built:
         shutil.copyfile(source / name, context / name)
     for name in image.own_files:
         shutil.copyfile(root / "images" / image.name / name, context / name)
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
-    pip += ["--only-binary=:all:", "--dest", str(wheels), "-r", str(context / image.requirements)]
-    buildah.run_logged(pip, log, f"{what}: downloading upstream's pinned requirements")
+    # requirements.txt pins every wheel by its hash, so the context's files say what the
+    # image is made of: a warm build downloads nothing
     sha = gridloop_image.sha256
     parts = [image.ref, buildah.image_id(base)]
     parts += [f"{p.name}={sha(p)}" for p in sorted(context.iterdir()) if p.is_file()]
-    parts += [f"{w.name}={sha(w)}" for w in sorted(wheels.iterdir())]
     fingerprint = "|".join(parts)
     stamp = cache / f"{image.name}.json"
     if gridloop_image.stamp_ok(stamp, fingerprint) and buildah.exists(image.ref):
         shutil.rmtree(context, ignore_errors=True)
         return gridloop_image.Built(image.ref, False, time.monotonic() - t0)
     stamp.unlink(missing_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
+    pip += ["--only-binary=:all:", "--dest", str(wheels), "-r", str(context / image.requirements)]
+    buildah.run_logged(pip, log, f"{what}: downloading upstream's pinned requirements")
     bud = ["bud", "--isolation=oci", "--network=none", "--format=oci", "--layers=false"]
     bud += [f"--build-arg=BASE={base}", "-t", image.ref, str(context)]
     buildah.run_logged([*buildah.command(), *bud], log, what)
