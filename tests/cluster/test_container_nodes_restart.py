@@ -8,6 +8,8 @@ processes, cgroups, mounts, network interfaces, namespaces and iptables chains.
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from container_pods import NODE, kubectl, phase, pod_spec
 
 from gridloop.local import cluster, processes
 from gridloop.local.container import hostnet
-from gridloop.local.container.layout import BRIDGE, SOCKETS_ROOT, cluster_cgroup
+from gridloop.local.container.layout import BRIDGE, SOCKETS_ROOT, cluster_cgroup, sockets_dir
 
 pytestmark = [pytest.mark.cluster, pytest.mark.restarts_cluster]
 
@@ -62,11 +64,33 @@ def _netns_of_pods() -> set[str]:
     return held
 
 
+def _plant_a_dead_cluster(live: Path, folder: Path) -> Path:
+    """What a local cluster killed without `down` (a session's end, a reboot) leaves for the
+    next `up`: its record naming it the owner of the container nodes, a kubelet's bind
+    mount and its containerd's sockets, nobody listening on them."""
+    dead = folder / "dead-cluster"
+    dead.mkdir()
+    for name in ("state.json", "fleet.yaml"):  # its processes are gone: `down` stopped them
+        shutil.copy(live / name, dead / name)
+    kubelet = dead / "nodes" / NODE / "kubelet"
+    kubelet.mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(kubelet), str(kubelet)], check=True)
+    sockets = sockets_dir(dead)
+    sockets.mkdir(parents=True)
+    for name in (f"{NODE}.sock", f"{NODE}.sock.ttrpc"):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(sockets / name))
+    (SOCKETS_ROOT / "owner").write_text(f"{dead}\n")
+    return dead
+
+
 @pytest.mark.skipif(
     bool(os.environ.get("GRIDLOOP_TEST_STATE")),
     reason="GRIDLOOP_TEST_STATE reuses a user's running cluster: this test would stop it",
 )
-def test_down_leaves_nothing_and_up_brings_the_same_pods_back(local_cluster, namespace, eventually):
+def test_down_leaves_nothing_and_up_brings_the_same_pods_back(
+    local_cluster, namespace, eventually, tmp_path
+):
     core, state = local_cluster.core, local_cluster.state
     core.create_namespaced_pod(
         namespace, pod_spec("keeps-running", ["sleep", "3600"], restartPolicy="Always")
@@ -93,6 +117,10 @@ def test_down_leaves_nothing_and_up_brings_the_same_pods_back(local_cluster, nam
     assert not SOCKETS_ROOT.exists()
     assert not [p for p in state.ports.by_process().values() if processes.listening(p)]
 
+    # and what another cluster that died without `down` left, `up` sweeps first
+    dead = _plant_a_dead_cluster(state.dir, tmp_path)
+    assert _mounts_under(dead) and sockets_dir(dead).exists()
+
     # as tests/conftest.py started it, from the fleet it recorded
     again = cluster.up(
         state.dir,
@@ -103,6 +131,9 @@ def test_down_leaves_nothing_and_up_brings_the_same_pods_back(local_cluster, nam
     )
 
     assert not again.already_running
+    assert not _mounts_under(dead)
+    assert not sockets_dir(dead).exists()
+    assert (SOCKETS_ROOT / "owner").read_text().strip() == str(state.dir.resolve())
 
     def restarted() -> bool:  # the Pod's status says Running from before `down` until then
         (status,) = core.read_namespaced_pod("keeps-running", namespace).status.container_statuses

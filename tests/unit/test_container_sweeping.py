@@ -8,6 +8,7 @@ temporary folder as containerd and the kubelet write them.
 from __future__ import annotations
 
 import hashlib
+import socket
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from gridloop.local.container.layout import NodeLayout
 from gridloop.local.container.sweeping import (
     TASKS,
     Leftovers,
+    dead_socket_folders,
     log_links,
     mounts_below,
+    remove_dead_sockets,
     shim_socket,
     shim_sockets,
 )
@@ -217,3 +220,36 @@ def test_anything_left_is_named_in_the_description(left: Leftovers, description:
 def test_nothing_left_is_false_and_describes_as_nothing(left: Leftovers) -> None:
     assert not left
     assert left.describe() == ""
+
+
+def _socket(path: Path, listen: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    if listen:
+        sock.listen()
+    return sock
+
+
+def test_only_folders_of_sockets_nobody_listens_on_are_dead(tmp_path: Path) -> None:
+    for name in ("dead", "live", "other"):
+        (tmp_path / name).mkdir()
+    bound = [
+        _socket(tmp_path / "dead" / "a.sock", listen=False),  # a killed containerd's
+        _socket(tmp_path / "dead" / "a.sock.ttrpc", listen=False),
+        _socket(tmp_path / "live" / "a.sock", listen=True),  # a running one's
+    ]
+    (tmp_path / "other" / "notes").write_text("not a socket")
+    try:
+        assert dead_socket_folders(tmp_path) == [tmp_path / "dead"]
+
+        assert remove_dead_sockets(tmp_path) == [tmp_path / "dead"]
+
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["live", "other"]
+        assert (tmp_path / "live" / "a.sock").exists()
+    finally:
+        for sock in bound:
+            sock.close()
+
+
+def test_no_sockets_root_means_nothing_dead(tmp_path: Path) -> None:
+    assert dead_socket_folders(tmp_path / "absent") == []

@@ -143,6 +143,8 @@ def up(
     controllers = () if nodes else (*((KUEUE,) if kueue else ()), AGENT_SANDBOX)
     components = [*ORDER, *real, *metrics, *controllers, *service]
     processes.check_ports_free(ports.used_by(components))
+    if nodes:  # first: this cluster's own sweep below forgets which cluster owned the nodes
+        _sweep_stale_owner(state_dir)
     if previous is not None and not alive:
         _sweep(previous, None)  # a cluster that died without `down` may have left pods
     container.check(fleet, str(fleet_path), state_dir)
@@ -435,6 +437,21 @@ def _stop_all(state: State) -> list[str]:
     if state.dir.exists():
         _sweep(state, None)
     return stopped
+
+
+def _sweep_stale_owner(state_dir: Path) -> None:
+    """The container nodes of another local cluster that died without `down` left
+    mounts, sockets and cgroups: gone, as its own `down` would have left it."""
+    owner = container.stale_owner(state_dir)
+    if owner is None:
+        return
+    try:
+        stale = load(owner)
+    except ClusterError:
+        stale = None
+    if stale is not None and stale.dir.exists():
+        _sweep(stale, None)
+    sweeping.remove_dead_sockets()
 
 
 def _sweep(state: State, fleet: Fleet | None) -> sweeping.Leftovers:

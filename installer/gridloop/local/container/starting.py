@@ -367,6 +367,16 @@ def _runs(state_dir: Path) -> bool:
     return bool(state and any(processes.alive(p) for p in state.processes))
 
 
+def stale_owner(state_dir: Path) -> Path | None:
+    """Another local cluster recorded as the one whose container nodes run here, that
+    runs nothing now (it died without `down`: a reboot, a killed session): whatever it
+    left (mounts, its socket folder, cgroups) is for the next `up` to sweep."""
+    owner = _owner()
+    if owner is None or owner == state_dir.resolve() or _runs(owner):
+        return None
+    return owner
+
+
 def prepare_network(fleet: Fleet, ports: flags.Ports, state_dir: Path) -> None:
     """The bridge with every node's address, and only loopback and the bridge let in to
     the API server and Prometheus (they listen on every address once pods must reach

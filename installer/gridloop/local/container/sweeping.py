@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import socket
+import stat
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -150,6 +152,40 @@ def _unmount(point: str) -> None:
         subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
 
 
+def _listened(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+        return True
+
+
+def dead_socket_folders(root: Path = SOCKETS_ROOT) -> list[Path]:
+    """The clusters' folders under `root` holding only sockets nobody listens on: what a
+    containerd killed without `down` leaves (a folder with anything else is kept)."""
+    if not root.is_dir():
+        return []
+    dead = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        entries = list(folder.iterdir())
+        if all(stat.S_ISSOCK(e.lstat().st_mode) and not _listened(e) for e in entries):
+            dead.append(folder)
+    return dead
+
+
+def remove_dead_sockets(root: Path = SOCKETS_ROOT) -> list[Path]:
+    """Remove `dead_socket_folders`; return them."""
+    dead = dead_socket_folders(root)
+    for folder in dead:
+        for entry in folder.iterdir():
+            entry.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return dead
+
+
 def sweep(layouts: list[NodeLayout], state_dir: Path, network: Network) -> Leftovers:
     """Remove everything the nodes left; return what is still there (empty: all gone)."""
     sockets = {layout.name: shim_sockets(layout) for layout in layouts}
@@ -169,6 +205,7 @@ def sweep(layouts: list[NodeLayout], state_dir: Path, network: Network) -> Lefto
     if hostnet.release(network.node_ips, network.pod_subnet):
         kube_chains.remove(RULES_RECORD)
         (SOCKETS_ROOT / "owner").unlink(missing_ok=True)  # starting.OWNER: no cluster now
+        remove_dead_sockets()  # and those of clusters that died without `down`
         for folder in (SHIM_SOCKETS, SOCKETS_ROOT):  # made by the first node, if empty now
             with contextlib.suppress(OSError):
                 folder.rmdir()
