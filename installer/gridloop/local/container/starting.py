@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -187,16 +186,6 @@ def prepare(
     return s
 
 
-def _socket_answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1)
-        try:
-            sock.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
 def start(
     fleet: Fleet,
     state_dir: Path,
@@ -247,7 +236,9 @@ def _start_node(
         before_exec=lambda: cgroups.join(layout.runtime_cgroup, os.getpid()),
     )
     record(proc)
-    processes.wait_healthy(proc, lambda: _socket_answers(layout.containerd_socket), START_TIMEOUT)
+    processes.wait_healthy(
+        proc, lambda: sweeping.socket_answers(layout.containerd_socket), START_TIMEOUT
+    )
     name = flags.node_process("kubelet", index)
     proc = processes.start(
         name,

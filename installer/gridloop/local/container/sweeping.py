@@ -152,7 +152,8 @@ def _unmount(point: str) -> None:
         subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
 
 
-def _listened(path: Path) -> bool:
+def socket_answers(path: Path) -> bool:
+    """Whether a process listens on the unix socket at `path`."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)
         try:
@@ -170,7 +171,7 @@ def dead_socket_folders(root: Path = SOCKETS_ROOT) -> list[Path]:
     dead = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
         entries = list(folder.iterdir())
-        if all(stat.S_ISSOCK(e.lstat().st_mode) and not _listened(e) for e in entries):
+        if all(stat.S_ISSOCK(e.lstat().st_mode) and not socket_answers(e) for e in entries):
             dead.append(folder)
     return dead
 
