@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -65,16 +67,27 @@ from gridloop.sim.storing import FAULTS_FILE, update_faults
 
 BASE_PORT = 28400  # below the ephemeral port range (32768+)
 PYTHON = Path(sys.executable)
+LOGS: Path | None = None  # --logs: where each service's log is kept
+
+
+HOLD_DOWN_S = 5  # the bench's release hold-down: a round's nodes come back for the next
 
 
 def _policy(path: Path, nodes: int, scrape_s: int) -> Path:
-    """The shipped defaults, with the breaker opened wide and the run's scrape interval."""
+    """The shipped defaults, with the breaker opened wide, the run's scrape interval and a
+    short hold-down (so the service itself releases a round's nodes for later rounds)."""
     wide = {"maxNodes": nodes, "maxPercent": 100}
     doc = {
         "apiVersion": "gridloop.io/v1alpha1",
         "kind": "HealthPolicy",
         "metadata": {"name": "bench"},
-        "spec": {"scrapeInterval": f"{scrape_s}s", "limits": {"fleet": wide, "pool": wide}},
+        "spec": {
+            "scrapeInterval": f"{scrape_s}s",
+            # every quarantine is acted on: at most the fleet in a window, and rounds reuse
+            # nodes, so the window is shorter than the time between two rounds
+            "limits": {"fleet": wide, "pool": wide, "window": "30s"},
+            "release": {"holdDown": f"{HOLD_DOWN_S}s"},
+        },
     }
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -93,12 +106,21 @@ def _set_scrape_interval(state: State, seconds: int) -> None:
 class Service:
     """The health service as its own process, with the arguments `gridloop local up` uses."""
 
-    def __init__(self, state: State, policy: Path, workers: int, interval: float) -> None:
+    def __init__(
+        self, state: State, policy: Path, workers: int, interval: float, code: Path | None = None
+    ) -> None:
         argv = flags.health(PYTHON, state.ports, state.kubeconfig, policy)
         argv = [a for a in argv if not a.startswith("--interval")]
         argv += [f"--interval={interval}", f"--workers={workers}"]
-        self.log = open(state.dir / f"bench-health-{workers}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        env = dict(os.environ)
+        if code is None:
+            argv.append("--log-cycles")
+        else:  # another checkout's service (e.g. the code before a change), same Python
+            roots = [code / "installer", code / "health", code / "dashboards"]
+            env["PYTHONPATH"] = os.pathsep.join(str(r) for r in roots)
+        name = f"bench-health-{'old-' if code else ''}{workers}.log"
+        self.log = open(state.dir / name, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://{flags.LOOPBACK}:{state.ports.health}/metrics"
 
     def metrics(self) -> dict[str, float]:
@@ -109,6 +131,17 @@ class Service:
                     key, _, value = line.rpartition(" ")
                     out[key] = float(value)
         return out
+
+    def wait_started(self, timeout: float = 60) -> None:
+        """Until it serves /metrics: the service has started, nothing more."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.metrics()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit(f"health service never started in {timeout}s: see {self.log.name}")
 
     def wait_steady(self, timeout: float = 180) -> None:
         """Until it has cycled over fresh data without holding back, twice."""
@@ -143,6 +176,11 @@ class Service:
             self.proc.kill()
             self.proc.wait(10)
         self.log.close()
+        if LOGS is not None:  # the state directory goes with the run's cluster
+            LOGS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(
+                self.log.name, LOGS / f"{time.strftime('%H%M%S')}-{Path(self.log.name).name}"
+            )
 
 
 class TaintWatch:
@@ -192,7 +230,8 @@ def first_fault_samples(prom: PrometheusConnect, names: set[str], since: float) 
     span = int(time.time() - since) + 30
     out: dict[str, float] = {}
     for series in prom.custom_query(f'DCGM_FI_DEV_XID_ERRORS{{gpu="0"}}[{span}s]'):
-        host = series["metric"].get("Hostname")
+        # `node`: the scrape's (the exporter's own host label varies with its version)
+        host = series["metric"].get("node")
         if host in names:
             hits = [
                 float(ts) for ts, v in series["values"] if float(v) == 79 and float(ts) >= since
@@ -310,30 +349,176 @@ def _start(
     return fleet_file, state_dir, policy, res
 
 
+def settle(prom: PrometheusConnect, nodes: int, scrape_s: int, timeout: float = 600) -> float:
+    """Until the cluster has settled: every exporter up, and the slowest scrape of the
+    last interval within a quarter of the one before it (twice in a row). Returns how long
+    that took."""
+    began, deadline, last, steady = time.monotonic(), time.monotonic() + timeout, None, 0
+    job = flags.EXPORTER_JOB
+
+    def value(promql: str) -> float | None:
+        answer = prom.custom_query(promql)
+        return float(answer[0]["value"][1]) if answer else None
+
+    while time.monotonic() < deadline:
+        up = value(f'count(up{{job="{job}"}} == 1)') or 0
+        slowest = value(f'max(max_over_time(scrape_duration_seconds{{job="{job}"}}[{scrape_s}s]))')
+        if up >= nodes and slowest is not None and last is not None:
+            steady = steady + 1 if abs(slowest - last) <= 0.25 * max(last, 0.1) else 0
+            if steady >= 2:
+                return time.monotonic() - began
+        last = slowest
+        time.sleep(scrape_s)
+    raise SystemExit(f"the cluster never settled in {timeout:.0f}s")
+
+
+class Loader:
+    """A second Prometheus client loading it with heavy queries (bounded: `threads` at a
+    time, each with a timeout, until stopped), to measure a storm on a slowed Prometheus."""
+
+    QUERY = "quantile_over_time(0.99, DCGM_FI_DEV_GPU_TEMP[10m])"
+
+    def __init__(self, url: str, threads: int = 2, timeout_s: float = 20) -> None:
+        self.url, self.timeout_s = url, timeout_s
+        self._stop = threading.Event()
+        self.took: list[float] = []
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self) -> None:
+        query = urllib.parse.urlencode({"query": self.QUERY, "timeout": f"{self.timeout_s:.0f}s"})
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                with urllib.request.urlopen(
+                    f"{self.url}/api/v1/query?{query}", timeout=self.timeout_s + 5
+                ) as resp:
+                    resp.read()
+            except OSError:
+                pass
+            self.took.append(time.monotonic() - began)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        for t in self._threads:
+            t.join(self.timeout_s + 10)
+        return {
+            "heavy_queries": len(self.took),
+            "heavy_query_p50_s": round(statistics.median(self.took), 2) if self.took else 0,
+        }
+
+
+def engine_seconds(url: str) -> float:
+    """Prometheus's own query engine time so far, every client's (its /metrics), seconds."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.rpartition(" ")[2])
+        for line in text.splitlines()
+        if line.startswith("prometheus_engine_query_duration_seconds_sum")
+        and 'slice="inner_eval"' in line
+    )
+
+
+def release_round(state: State, api: client.ApiClient, names: list[str], timeout: float) -> float:
+    """Clear the round's faults and wait until the service has released every node (its
+    own hold-down and release): the nodes serve again in a later round."""
+    t0 = time.monotonic()
+    update_faults(state.dir / FAULTS_FILE, lambda f: _cleared(f, names))
+    core = client.CoreV1Api(api)
+    left = set(names)
+    while left and time.monotonic() - t0 < timeout:
+        time.sleep(2)
+        tainted = {
+            n["metadata"]["name"]
+            for n in json.loads(
+                core.list_node(label_selector=STATE_LABEL, _preload_content=False).data
+            )["items"]
+            if any(t["key"] == TAINT_KEY for t in (n.get("spec") or {}).get("taints") or [])
+        }
+        left &= tainted
+    if left:
+        raise SystemExit(
+            f"{len(left)} nodes not released in {timeout:.0f}s, e.g. {sorted(left)[:3]}"
+        )
+    return time.monotonic() - t0
+
+
+def _cleared(faults: FaultSet, names: list[str]) -> FaultSet:
+    for name in names:
+        faults = faults.clear(node=name)
+    return faults
+
+
+def configuration(spec: str, old_code: Path | None) -> tuple[int, Path | None]:
+    """`16` (this checkout's service, 16 workers) or `old:16` (--old-code's)."""
+    code, _, workers = spec.rpartition(":")
+    if code and old_code is None:
+        raise SystemExit(f"--workers {spec}: needs --old-code")
+    return int(workers), old_code if code else None
+
+
 def run_latency(
-    workdir: Path, nodes: int, failing: list[int], workers: list[int], scrape_s: int, singles: int
+    workdir: Path,
+    nodes: int,
+    failing: int,
+    workers: list[str],
+    scrape_s: int,
+    rounds: int,
+    slowed: bool,
+    old_code: Path | None = None,
 ) -> dict:
+    """Rounds of `failing` nodes at once: the first right after the cluster and the service
+    start (nothing settled), then, once the cluster has settled, the `workers`
+    configurations alternated (A B A B ...) `rounds` times each, then (`slowed`) each once
+    more with Prometheus loaded by a second client. A new service process every round;
+    every round is reported."""
     fleet_file, state_dir, policy, res = _start(workdir, "latency", nodes, scrape_s)
     api = kube.api_client(res.state.kubeconfig)
-    prom = PrometheusConnect(url=f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}")
+    prom_url = f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}"
+    prom = PrometheusConnect(url=prom_url)
     pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
-    random.Random(7).shuffle(pool)  # fresh nodes for every round, spread over every pool
-    out: dict[str, object] = {"nodes": nodes, "scrape_interval_s": scrape_s, "variants": []}
+    random.Random(7).shuffle(pool)  # rounds take turns over every pool's nodes
+    plan = [("unsettled", workers[0])]
+    plan += [("settled", w) for _ in range(rounds) for w in workers]
+    plan += [("slowed", w) for w in workers] if slowed else []
+    out: dict[str, object] = {"nodes": nodes, "scrape_interval_s": scrape_s, "rounds": []}
+    settled_after = None
     try:
-        for w in workers:
-            service = Service(res.state, policy, workers=w, interval=1.0)
+        for kind, w in plan:
+            if kind != "unsettled" and settled_after is None:
+                settled_after = settle(prom, nodes, scrape_s)
+                out["settled_after_s"] = round(settled_after, 1)
+                print(f"cluster settled after {settled_after:.0f}s more", flush=True)
+            names, pool = pool[:failing], pool[failing:]
+            count, code = configuration(w, old_code)
+            service = Service(res.state, policy, workers=count, interval=1.0, code=code)
+            loader = None
             try:
-                service.wait_steady()
-                rounds = []
-                for k in failing:
-                    for _ in range(singles if k == 1 else 1):  # one node: a noisy figure
-                        names, pool = pool[:k], pool[k:]
-                        row = failure_round(res.state, api, prom, names, service)
-                        print(f"workers={w:>2} {json.dumps(row)}", flush=True)
-                        rounds.append(row)
-                        service.wait_steady()
-                out["variants"].append({"workers": w, "rounds": rounds})  # type: ignore[union-attr]
+                if kind == "unsettled":
+                    service.wait_started()
+                else:
+                    service.wait_steady()
+                engine = engine_seconds(prom_url)
+                loader = Loader(prom_url) if kind == "slowed" else None
+                if loader:
+                    time.sleep(5)  # its queries under way
+                row = failure_round(res.state, api, prom, names, service)
+                row["prometheus_engine_s"] = round(engine_seconds(prom_url) - engine, 1)
+                if loader:
+                    row.update(loader.stop())
+                    loader = None
+                row.update({"kind": kind, "workers": w})
+                print(json.dumps(row), flush=True)
+                out["rounds"].append(row)  # type: ignore[union-attr]
+                row["released_in_s"] = round(
+                    release_round(res.state, api, names, 120 + failing / 5), 1
+                )
+                pool += names
             finally:
+                if loader:
+                    loader.stop()
                 service.stop()
     finally:
         cluster.down(state_dir, purge=True)
@@ -447,10 +632,23 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2000)
-    parser.add_argument("--failing", type=int, nargs="+", default=[1, 100, 500])
-    parser.add_argument("--workers", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--failing", type=int, default=500, help="nodes failing at once")
+    parser.add_argument(
+        "--workers",
+        nargs="+",
+        default=["16", "1"],
+        help="configurations, alternated: workers, or old:workers for --old-code's service",
+    )
+    parser.add_argument(
+        "--old-code",
+        type=Path,
+        help="another checkout (e.g. `git worktree add` of the code before)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="settled rounds per configuration")
+    parser.add_argument(
+        "--no-slowed", action="store_true", help="skip the rounds on a loaded Prometheus"
+    )
     parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
-    parser.add_argument("--singles", type=int, default=5, help="rounds of one failing node")
     parser.add_argument("--cycle-nodes", type=int, default=5000, help="0: skip")
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument(
@@ -460,7 +658,10 @@ def main() -> None:
         help="scrape interval at --cycle-nodes, seconds (1.35M series on this machine's cores)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--logs", type=Path, help="keep each health service's log here")
     args = parser.parse_args()
+    global LOGS
+    LOGS = args.logs
     results: dict[str, object] = {
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
         "kubernetes": versions.get("kubernetes").version,
@@ -468,7 +669,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gridloop-bench-health-") as tmp:
         if args.nodes:
             results["latency"] = run_latency(
-                Path(tmp), args.nodes, args.failing, args.workers, args.scrape, args.singles
+                Path(tmp),
+                args.nodes,
+                args.failing,
+                args.workers,
+                args.scrape,
+                args.rounds,
+                not args.no_slowed,
+                args.old_code,
             )
         if args.cycle_nodes:
             results["cycle"] = run_cycle(

@@ -9,6 +9,7 @@ import pytest
 from gridloop.health.actions import (
     Acknowledge,
     ClearHealthy,
+    Hold,
     MarkHealthy,
     Quarantine,
     Release,
@@ -119,6 +120,22 @@ def test_exporter_down_is_a_warning_never_a_quarantine():
     actions = plan(obs, POLICY, Breaker(), NOW)
 
     assert actions == [Warn("n1", "DCGM exporter is down: GPU health unknown, not acting")]
+
+
+def test_a_fresh_fault_event_on_a_node_the_late_baseline_thinks_down_quarantines():
+    # the background read ran before the exporter's first scrape; this cycle's own read
+    # has its XID 79, so that scrape succeeded since
+    obs = observed()
+    obs.exporter_up["n1"] = False
+    obs.gpus["n1"].clear()
+    obs = dataclasses.replace(
+        obs, fault_gpus={"n1": {"GPU-n1-3": GpuReading("GPU-n1-3", "3", xid=79)}}
+    )
+
+    actions = plan(obs, POLICY, Breaker(), NOW)
+
+    assert kinds(actions) == ["Quarantine"]
+    assert actions[0].reason == "xid-79 on GPU 3 (GPU-n1-3)"
 
 
 def test_an_operator_override_turns_an_xid_off():
@@ -286,3 +303,94 @@ def test_dry_run_plans_the_same_actions():
     obs = observed(faults={"n1": {"xid": 79}})
     dry = dataclasses.replace(POLICY, dry_run=True)
     assert plan(obs, dry, Breaker(), NOW) == plan(obs, POLICY, Breaker(), NOW)
+
+
+def late_baseline(fault_gpus: dict, **kw: object) -> Observed:
+    """The background read is late or missing (e.g. the first after a start); this cycle's
+    own read of the fault events is 2 s old."""
+    return dataclasses.replace(
+        observed(**kw), newest_sample_age_s=None, fault_gpus=fault_gpus, faults_read_age_s=2.0
+    )
+
+
+def test_a_late_baseline_still_lets_a_fresh_xid_79_quarantine_and_says_so():
+    obs = late_baseline({"n2": {"GPU-n2-3": GpuReading("GPU-n2-3", "3", xid=79)}})
+
+    actions = plan(obs, POLICY, Breaker(), NOW)
+
+    assert kinds(actions) == ["Hold", "Quarantine"]
+    assert actions[0] == Hold("no DCGM samples for the whole fleet", fault_events_only=True)
+    assert actions[1].node == "n2" and actions[1].faults == frozenset({"GPU-n2-3:xid-79"})
+    assert actions[1].reason == "xid-79 on GPU 3 (GPU-n2-3)"
+
+
+@pytest.mark.parametrize(
+    ("reading", "quarantined"),
+    [
+        pytest.param({"xid": 79}, True, id="xid-79"),
+        pytest.param({"xid": 48}, True, id="xid-48"),
+        pytest.param({"ecc_dbe_increase": 1.0}, True, id="ecc-double-bit-increase"),
+        # these need what only the background read has
+        pytest.param({"xid": 13, "xid_repeats": 5}, False, id="repeats-are-windowed"),
+        pytest.param({"xid": 63, "row_remap_pending": True}, False, id="remap-state"),
+        pytest.param({"thermal_violation": 0.9}, False, id="windowed-rate"),
+    ],
+)
+def test_with_a_late_baseline_only_fault_events_quarantine(reading, quarantined):
+    obs = late_baseline({"n1": {"GPU-n1-3": GpuReading("GPU-n1-3", "3", **reading)}})
+    assert kinds(plan(obs, POLICY, Breaker(), NOW)) == ["Hold"] + (
+        ["Quarantine"] if quarantined else []
+    )
+
+
+def test_with_a_late_baseline_nothing_is_released_acknowledged_or_found_vanished():
+    views = {
+        # its hold-down is over: a fresh baseline would release it
+        "n0": dataclasses.replace(quarantined(NOW - 600), name="n0"),
+        "n1": quarantined(unschedulable=False),  # uncordoned by hand
+    }
+    obs = dataclasses.replace(late_baseline({}), nodes={**observed().nodes, **views})
+    obs.gpus["n3"].pop("GPU-n3-5")  # a vanished GPU, as far as the late baseline knows
+
+    assert plan(obs, POLICY, Breaker(), NOW) == [
+        Hold("no DCGM samples for the whole fleet", fault_events_only=True)
+    ]
+
+
+def test_a_fault_during_the_hold_down_restarts_it_even_with_a_late_baseline():
+    obs = late_baseline(
+        {"n1": {"GPU-n1-3": GpuReading("GPU-n1-3", "3", xid=79)}},
+        views={"n1": quarantined(NOW - 60)},
+    )
+    assert plan(obs, POLICY, Breaker(), NOW)[1:] == [ClearHealthy("n1")]
+
+
+def test_a_late_baseline_with_a_stale_fault_read_holds_everything():
+    obs = dataclasses.replace(
+        late_baseline({"n1": {"GPU-n1-3": GpuReading("GPU-n1-3", "3", xid=79)}}),
+        faults_read_age_s=31.0,
+    )
+    assert plan(obs, POLICY, Breaker(), NOW) == [Hold("no DCGM samples for the whole fleet")]
+
+
+def test_with_a_late_baseline_the_breaker_still_limits_quarantines():
+    policy = dataclasses.replace(
+        POLICY,
+        limits=Limits(
+            fleet_max_nodes=2, fleet_max_percent=100, pool_max_nodes=100, pool_max_percent=100
+        ),
+    )
+    failing = {f"n{i}": {f"GPU-n{i}-0": GpuReading(f"GPU-n{i}-0", "0", xid=79)} for i in range(4)}
+
+    actions = plan(late_baseline(failing), policy, Breaker(), NOW)
+
+    assert kinds(actions) == ["Hold", "Quarantine", "Quarantine", "TripBreaker", "Skip", "Skip"]
+
+
+def test_a_failed_background_read_is_the_reason_once_its_answers_are_stale():
+    obs = dataclasses.replace(
+        late_baseline({}), newest_sample_age_s=45.0, baseline_error="query 'up' failed: timeout"
+    )
+    assert plan(obs, POLICY, Breaker(), NOW) == [
+        Hold("the background read failed: query 'up' failed: timeout", fault_events_only=True)
+    ]

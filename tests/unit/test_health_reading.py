@@ -77,8 +77,40 @@ def test_a_cycle_lays_its_fault_samples_over_the_background_baseline_without_cha
 def test_a_cycle_asks_only_for_fault_events_and_the_rest_in_the_background():
     q = queries(Policy(), "dcgm-exporter")
 
-    assert set(q) - BACKGROUND_FAMILIES == {"xid", "ecc_dbe"}
+    # and when Prometheus last scraped any exporter: one value, to know the read is fresh
+    assert set(q) - BACKGROUND_FAMILIES == {"xid", "ecc_dbe", "fresh"}
+    assert q["fresh"] == 'max(timestamp(up{job="dcgm-exporter"}))'
     assert {"up", "present", "row_remap_failure"} <= BACKGROUND_FAMILIES
+
+
+def test_the_fault_read_alone_names_its_gpus_and_how_fresh_it_is_whatever_the_baseline():
+    late = baseline({})  # the background read has not answered yet
+    results = {
+        "xid": [series(79, Hostname="a", UUID="GPU-a0", gpu="0")],
+        "ecc_dbe": [series(1, node="b", UUID="GPU-b1", gpu="1")],
+        "fresh": [{"metric": {}, "value": [NOW, str(NOW - 3.0)]}],
+    }
+
+    obs = with_faults(late, results, NODES, now=NOW + 1)
+
+    assert obs.gpus == {}  # nothing from the baseline
+    assert obs.newest_sample_age_s is None
+    assert obs.fault_gpus["a"]["GPU-a0"].xid == 79 and obs.fault_gpus["a"]["GPU-a0"].index == "0"
+    assert obs.fault_gpus["b"]["GPU-b1"].ecc_dbe_increase == 1.0
+    assert obs.faults_read_age_s == 4.0  # the newest scrape, counted to now
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param([], id="no-exporter-scraped"),
+        pytest.param([{"metric": {}, "value": [NOW, "NaN"]}], id="nan"),
+        pytest.param([{"metric": {}}], id="no-value"),
+    ],
+)
+def test_a_fault_read_without_a_scrape_time_is_of_unknown_age(answer):
+    obs = with_faults(baseline({}), {"fresh": answer}, NODES, now=NOW)
+    assert obs.faults_read_age_s is None
 
 
 def test_series_of_unknown_nodes_and_without_labels_are_ignored():
@@ -110,7 +142,7 @@ def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_sign
 
 def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifying_labels():
     q = queries(Policy(), "dcgm-exporter")
-    whole_fleet = {"up", "present"}
+    whole_fleet = {"up", "present", "fresh"}  # "fresh" is one value for the whole fleet
     for family, promql in q.items():
         if family not in whole_fleet:
             assert promql.endswith(("> 0", "!= 0")), family

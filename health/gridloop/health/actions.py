@@ -56,9 +56,14 @@ class TripBreaker:
 
 @dataclass(frozen=True)
 class Hold:
-    """Unsure this cycle (Prometheus down, stale or empty): no quarantines, no releases."""
+    """Unsure this cycle (Prometheus down, stale or empty): no quarantines, no releases.
+
+    `fault_events_only`: what is read once per scrape interval (which GPUs report, the
+    windowed and state families) is late or missing, but this cycle's own read of the fault
+    events is fresh: those still quarantine; nothing else is decided."""
 
     reason: str
+    fault_events_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-leader-election", action="store_true")
     p.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
     p.add_argument("--once", action="store_true", help="run one cycle, print it, exit")
+    p.add_argument(
+        "--log-cycles",
+        action="store_true",
+        help="log one line per cycle: its phases, the baseline's age, what it planned",
+    )
     p.set_defaults(func=cmd_run)
 
     p = common(verbs.add_parser("reset-breaker", help="resume quarantines after a trip"))
@@ -142,6 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         nodes=nodes,
         background_events=not args.once,
         instance=args.identity,
+        log_cycles=args.log_cycles,
+        background_baseline=not args.once,
     )
     if args.once:
         report = service.cycle()

@@ -75,6 +75,13 @@ class Observed:
     prometheus_error: str | None = None
     # the host labels of GPU series that name no known node (reading.resolve)
     unmatched: tuple[str, ...] = ()
+    # this cycle's own read of the fault events (XID, ECC DBE), alone: the GPUs it names,
+    # with only those fields set, and how old the newest exporter scrape was when it was
+    # read (None: not known). With a late baseline these still decide quarantines.
+    fault_gpus: dict[str, dict[str, GpuReading]] = field(default_factory=dict)
+    faults_read_age_s: float | None = None
+    # why the last background read failed, while its answers age (None: it did not)
+    baseline_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,13 @@ No I/O, no clock, no globals: everything it knows comes in as arguments, and
 everything it decides goes out as plain data (actions.py). Rules, in order:
 
 1. Unsure means do nothing: Prometheus unreachable or failing, its newest sample older
-   than two scrape intervals, or no DCGM sample for the whole fleet -> Hold.
+   than two scrape intervals, or no DCGM sample for the whole fleet -> Hold. One
+   exception: when only what is read once per scrape interval in the background is late
+   or missing (a busy or just started Prometheus), while this cycle's own read of the
+   fault events is fresh, those events (an XID that quarantines, an ECC double-bit
+   increase) still quarantine, under the breaker; nothing else is decided
+   (Hold(fault_events_only=True)). A fault event in this cycle's read also counts on a
+   node the background read saw without a running exporter: its scrape succeeded since.
 2. A node whose exporter is down is unknown, not broken -> Warn, no action.
 3. Nodes gridloop quarantined: a person uncordoned it -> Acknowledge (never
    re-quarantined for the same faults); healthy -> MarkHealthy, then Release
@@ -114,27 +120,101 @@ def limit(max_nodes: int, max_percent: float, size: int) -> int:
 def plan(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> list[Action]:
     if observed.prometheus_error:
         return [Hold(f"cannot read Prometheus: {observed.prometheus_error}")]
+    unsure = _baseline_problem(observed, policy)
+    if unsure is None:
+        return _everything(observed, policy, breaker, now)
+    age = observed.faults_read_age_s
+    if age is None or age > policy.stale_after_s:
+        return [Hold(unsure)]
+    # the background read is late (a busy or just started Prometheus): this cycle's own
+    # read of the fault events is fresh, and a GPU reporting XID 79 now is failing now
+    return [Hold(unsure, fault_events_only=True), *_fault_events(observed, policy, breaker, now)]
+
+
+def _baseline_problem(observed: Observed, policy: Policy) -> str | None:
+    """Why what is read once per scrape interval cannot be trusted this cycle, or None."""
     unmatched = _unmatched(observed)
     if unmatched:
-        return [Hold(unmatched)]
+        return unmatched
+    if observed.baseline_error and (
+        observed.newest_sample_age_s is None or observed.newest_sample_age_s > policy.stale_after_s
+    ):
+        return f"the background read failed: {observed.baseline_error}"
     if observed.newest_sample_age_s is None or not any(observed.gpus.values()):
-        return [Hold("no DCGM samples for the whole fleet")]
+        return "no DCGM samples for the whole fleet"
     if observed.newest_sample_age_s > policy.stale_after_s:
         # the age itself is in the staleness metric; the reason stays the same while it lasts
-        return [
-            Hold(f"DCGM samples are stale: the newest is older than {policy.stale_after_s:.0f}s")
-        ]
+        return f"DCGM samples are stale: the newest is older than {policy.stale_after_s:.0f}s"
+    return None
 
+
+def event_faults(gpu: GpuReading, policy: Policy) -> list[str]:
+    """The faults a GPU shows from the fault events alone (its last XID, a fresh ECC
+    double-bit increase): what needs no window, no state and no other GPU's series."""
+    return gpu_faults(
+        GpuReading(
+            uuid=gpu.uuid, index=gpu.index, xid=gpu.xid, ecc_dbe_increase=gpu.ecc_dbe_increase
+        ),
+        policy,
+    )
+
+
+def _events(observed: Observed, name: str, policy: Policy) -> frozenset[str]:
+    """The fault events this cycle's own read shows on one node."""
+    gpus = observed.fault_gpus.get(name, {})
+    return frozenset(f"{uuid}:{f}" for uuid, gpu in gpus.items() for f in event_faults(gpu, policy))
+
+
+def _on_events(node: NodeView, events: frozenset[str]) -> tuple[list[Action], bool]:
+    """What fresh fault events alone decide for a node: (its actions, whether it is a
+    quarantine candidate). Only what errs on the side of keeping a failing GPU out: a
+    quarantine, or a hold-down restarted; never a release or an acknowledgement."""
+    if node.opted_out or not events:
+        return [], False
+    if node.record is not None:
+        restart = node.unschedulable and node.record.healthy_since is not None
+        return ([ClearHealthy(node.name)] if restart else []), False
+    if node.unschedulable:
+        return [Skip(node.name, "cordoned by someone else: left alone")], False
+    return [], bool(events - node.acknowledged)
+
+
+def _fault_events(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> list[Action]:
+    """Quarantines from this cycle's fault read alone. Nothing else is decided without the
+    baseline: no release or hold-down (a fault the late read would show may be there), no
+    acknowledgement, no vanished GPU, no exporter warning."""
+    actions: list[Action] = []
+    candidates: list[tuple[NodeView, frozenset[str]]] = []
+    for name in sorted(observed.fault_gpus.keys() & observed.nodes.keys()):
+        node, events = observed.nodes[name], _events(observed, name, policy)
+        done, candidate = _on_events(node, events)
+        actions += done
+        if candidate:
+            candidates.append((node, events))
+    candidates.sort(key=lambda c: (_severity(c[1]), c[0].name))
+    return actions + _admit(candidates, observed, policy, breaker, now)
+
+
+def _everything(observed: Observed, policy: Policy, breaker: Breaker, now: float) -> list[Action]:
     actions: list[Action] = []
     candidates: list[tuple[NodeView, frozenset[str]]] = []
     for name in sorted(observed.nodes):
         node = observed.nodes[name]
         if node.opted_out:
             continue
+        events = _events(observed, name, policy)
         if not observed.exporter_up.get(name, False):
-            actions.append(Warn(name, "DCGM exporter is down: GPU health unknown, not acting"))
+            # `up` comes from the background read; a fault event in this cycle's own read
+            # is from a scrape that succeeded since (a target scraped for the first time)
+            done, candidate = _on_events(node, events)
+            if not events:
+                done = [Warn(name, "DCGM exporter is down: GPU health unknown, not acting")]
+            actions += done
+            if candidate:
+                candidates.append((node, events))
             continue
-        faults = node_faults(node, observed.gpus.get(name, {}), policy)
+        # a GPU the background read has not seen yet still shows its fault events
+        faults = node_faults(node, observed.gpus.get(name, {}), policy) | events
         if node.record is not None:
             actions += _ours(node, faults, policy, now)
         elif node.unschedulable:
@@ -212,7 +292,8 @@ def _admit(
             out.append(TripBreaker(f"quarantine limit reached in {scope} in the window"))
             out += [Skip(n.name, "circuit breaker tripped") for n, _ in candidates[i:]]
             break
-        gpus = observed.gpus.get(node.name, {})
+        # the GPUs as the fault read names them, and as the background read does
+        gpus = {**observed.fault_gpus.get(node.name, {}), **observed.gpus.get(node.name, {})}
         out.append(
             Quarantine(
                 node=node.name,

@@ -25,7 +25,7 @@ from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
-from gridloop.health.signals import HOST_KEYS, NVLINK_FAMILIES
+from gridloop.health.signals import FRESHNESS, HOST_KEYS, NVLINK_FAMILIES
 
 Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
 
@@ -167,7 +167,39 @@ def with_faults(
         exporter_up={host: up for host, up in base.exporter_up.items() if host in nodes},
         newest_sample_age_s=None if newest is None or at is None else max(0.0, at - newest),
         unmatched=tuple(sorted(set(unmatched))),
+        fault_gpus=fault_gpus(results, node_of),
+        faults_read_age_s=_freshness(results.get(FRESHNESS, []), now),
     )
+
+
+def fault_gpus(
+    results: dict[str, list[Sample]], node_of: Callable[[dict[str, str]], str | None]
+) -> dict[str, dict[str, GpuReading]]:
+    """The GPUs this cycle's own read names, with only what that read says: a GPU that
+    reports a fault event exists, whatever the background read knows of it."""
+    out: dict[str, dict[str, GpuReading]] = {}
+    for family, (field_name, kind) in _FIELDS.items():
+        for sample in results.get(family, []):
+            labels = sample.get("metric", {})
+            node, uuid = node_of(labels), labels.get("UUID")
+            if node is None or not uuid:
+                continue
+            gpus = out.setdefault(node, {})
+            reading = gpus.get(uuid) or GpuReading(uuid=uuid, index=labels.get("gpu", ""))
+            gpus[uuid] = replace(reading, **{field_name: kind(_value(sample))})
+    return out
+
+
+def _freshness(answer: list[Sample], now: float | None) -> float | None:
+    """How old the newest exporter scrape was: the FRESHNESS answer's value (a timestamp)
+    counted to `now`, or to the answer's own evaluation time."""
+    try:
+        at, newest = float(answer[0]["value"][0]), float(answer[0]["value"][1])
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+    if math.isnan(newest):
+        return None
+    return max(0.0, (at if now is None else now) - newest)
 
 
 def _readings(
@@ -199,6 +231,11 @@ def connect(url: str) -> PrometheusConnect:
 
 
 QUERIES_AT_ONCE = 4  # a dozen queries; Prometheus answers several at once on its own cores
+# How long one query may take, Prometheus's evaluation (its `timeout` parameter) and the
+# answer's way back: past it the read fails and says so, and the cycle holds instead of
+# hanging on a stalled Prometheus. A cycle's own fault read gets FAULT_READ_TIMEOUT_S; the
+# background read, which asks for windows over every GPU, the policy's staleness limit.
+FAULT_READ_TIMEOUT_S = 10.0
 
 
 # How far behind now a read of presence and `up` looks. Prometheus commits a scrape's
@@ -208,7 +245,11 @@ EVAL_LAG_S = 1.0
 
 
 def read(
-    prom: Any, queries: dict[str, str], lag_s: float = EVAL_LAG_S, at_once: int = QUERIES_AT_ONCE
+    prom: Any,
+    queries: dict[str, str],
+    lag_s: float = EVAL_LAG_S,
+    at_once: int = QUERIES_AT_ONCE,
+    timeout_s: float = FAULT_READ_TIMEOUT_S,
 ) -> dict[str, list[Sample]] | str:
     """Every family's instant vector, or one line saying why Prometheus failed us.
 
@@ -217,11 +258,12 @@ def read(
     them must not read as GPUs gone from a node whose exporter is up. Fault families alone
     can be read at now (`lag_s=0`): a scrape's samples land in one commit.
     """
-    at = {"time": f"{time.time() - lag_s:.3f}"}
+    at = {"time": f"{time.time() - lag_s:.3f}", "timeout": f"{timeout_s:g}s"}
 
     def ask(promql: str) -> list[Sample] | Exception:
         try:
-            answer: list[Sample] = prom.custom_query(query=promql, params=at)
+            # the client's own bound, a little past Prometheus's: its answer says why
+            answer: list[Sample] = prom.custom_query(query=promql, params=at, timeout=timeout_s + 2)
             return answer
         except Exception as err:  # connection, HTTP and parse errors alike mean "unsure"
             return err

@@ -9,8 +9,12 @@ latest answers and, when they are due, starts the next read in a thread of its o
 are read together, at one evaluation time.
 
 Unsure still means do nothing: answers older than the policy's staleness limit are not
-used; the cycle then reads them itself, and a failure there is a Prometheus failure
-like any other.
+used for anything but fault events (plan.py). A one-off cycle (`--once`) reads them itself
+when they are stale, and a failure there is a Prometheus failure like any other. The
+running service never waits for them (`background=True`): a late read (Prometheus busy or
+just started, a first read over every GPU) must not hold back a cycle whose own read of
+the fault events is fresh; the cycle gets the answers it has, however old, and why the
+last read failed (`error`), and the next read is started.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ class Refresher(Generic[T]):
         stale_s: float,
         digest: Callable[[dict[str, list[Sample]]], T],
         at_once: int = 1,
+        background: bool = False,
     ):
         self.prom, self.queries, self.digest, self.at_once = prom, queries, digest, at_once
-        self.every_s, self.stale_s = every_s, stale_s
+        self.every_s, self.stale_s, self.background = every_s, stale_s, background
+        self.error: str | None = None  # why the last background read failed
         self._answers: T = digest({})
         self._at = -float("inf")  # monotonic time of the answers
         self._lock = threading.Lock()
@@ -50,15 +56,16 @@ class Refresher(Generic[T]):
         """The answers, or why Prometheus could not give them.
 
         Fresh enough answers come from memory (a newer read is started when one is due);
-        otherwise this reads now, in the caller's thread.
+        otherwise this reads now, in the caller's thread, unless `background`: then the
+        answers in memory come back whatever their age.
         """
         with self._lock:
             answers, at, busy = self._answers, self._at, self._busy
             age = time.monotonic() - at
-            if age >= self.every_s and not busy and age < self.stale_s:
+            if age >= self.every_s and not busy and (age < self.stale_s or self.background):
                 self._busy = True
                 threading.Thread(target=self._refresh, name="health-slow", daemon=True).start()
-        if age < self.stale_s:
+        if age < self.stale_s or self.background:
             return answers
         fresh = self._read()
         if isinstance(fresh, str):
@@ -66,18 +73,26 @@ class Refresher(Generic[T]):
         self._keep(fresh, time.monotonic())
         return fresh
 
+    def age_s(self) -> float:
+        """How old the answers in memory are (inf before the first read)."""
+        with self._lock:
+            return time.monotonic() - self._at
+
     def _refresh(self) -> None:
         started = time.monotonic()
         try:
             fresh = self._read()
-            if not isinstance(fresh, str):  # a failure: the answers age until a cycle asks
+            if isinstance(fresh, str):  # a failure: the answers age until a cycle asks
+                self.error = fresh
+            else:
                 self._keep(fresh, started)
+                self.error = None
         finally:
             with self._lock:
                 self._busy = False
 
     def _read(self) -> T | str:
-        answers = read(self.prom, self.queries, at_once=self.at_once)
+        answers = read(self.prom, self.queries, at_once=self.at_once, timeout_s=self.stale_s)
         return answers if isinstance(answers, str) else self.digest(answers)
 
     def _keep(self, answers: T, at: float) -> None:

@@ -13,6 +13,7 @@ next cycle's read while it acts, and in a storm the next cycle follows at once.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter as Tally
@@ -53,10 +54,35 @@ class CycleReport:
     held: str | None
 
 
+def _cycle_line(
+    read_s: float,
+    plan_s: float,
+    act_s: float,
+    total_s: float,
+    planned: Tally[str],
+    applied: int,
+    baseline_age_s: float,
+    prefetched: bool,
+    sample_age_s: float | None,
+    held: str | None,
+) -> str:
+    """`--log-cycles`: one cycle in one line (pure)."""
+    kinds = " ".join(f"{k}={n}" for k, n in sorted(planned.items()) if k not in ("Warn",))
+    age = "none" if sample_age_s is None else f"{sample_age_s:.1f}s"
+    return (
+        f"cycle {total_s:.2f}s: read {read_s:.2f}s{' (prefetched)' if prefetched else ''} "
+        f"plan {plan_s:.2f}s act {act_s:.2f}s; baseline {baseline_age_s:.1f}s old, "
+        f"newest sample {age} old; planned {kinds or 'nothing'}, applied {applied}"
+        + (f"; held: {held}" if held else "")
+    )
+
+
 def _describe(action: Hold | Warn | TripBreaker) -> str:
     match action:
         case Warn():
             return f"warning: {action.node}: {action.message}"
+        case Hold(fault_events_only=True):
+            return f"acting on fresh fault events only (no release, nothing else): {action.reason}"
         case Hold():
             return f"holding (no quarantine, no release): {action.reason}"
     return f"circuit breaker tripped: {action.reason}"
@@ -77,6 +103,8 @@ class HealthService:
         nodes: NodeCache | None = None,
         background_events: bool = False,
         instance: str = MANAGER,
+        log_cycles: bool = False,
+        background_baseline: bool = False,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.instance = instance  # this replica, as its Events report it
@@ -96,13 +124,21 @@ class HealthService:
         self.metrics = metrics or Metrics()
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
+        self.log_cycles = log_cycles  # one line per cycle: where its time went
+        self._used_prefetch = False
         # when the run loop last went round (monotonic): /healthz reads it (liveness.py)
         self.heartbeat = time.monotonic()
         self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
         slow = {f: q for f, q in self.queries.items() if f in BACKGROUND_FAMILIES}
         self.fast = {f: q for f, q in self.queries.items() if f not in BACKGROUND_FAMILIES}
+        # the running service never waits for the background read (refreshing.py)
         self.slow = Refresher(
-            prom, slow, policy.scrape_interval_s, policy.stale_after_s, digest=baseline
+            prom,
+            slow,
+            policy.scrape_interval_s,
+            policy.stale_after_s,
+            digest=baseline,
+            background=background_baseline,
         )
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="health-next")
         self._next: tuple[float, Future[dict[str, list[Sample]] | str]] | None = None
@@ -119,11 +155,16 @@ class HealthService:
         kept = self.slow.answers()
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
-        results = self._prefetched() or read(self.prom, self.fast, lag_s=0.0)
+        prefetched = self._prefetched()
+        self._used_prefetch = prefetched is not None
+        results = prefetched or read(self.prom, self.fast, lag_s=0.0)
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
         # the baseline can be up to a scrape interval old: staleness counts to now
-        return with_faults(kept, results, nodes, now=time.time())
+        observed = with_faults(kept, results, nodes, now=time.time())
+        if self.slow.error:
+            return dataclasses.replace(observed, baseline_error=self.slow.error)
+        return observed
 
     def _prefetch(self) -> None:
         """Start the next cycle's read now, while this cycle acts (in a storm, the next
@@ -194,6 +235,21 @@ class HealthService:
                     instance=self.instance,
                 )
         self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
+        if self.log_cycles:
+            self.log(
+                _cycle_line(
+                    read_at - start,
+                    planned_at - read_at,
+                    acted_at - planned_at,
+                    time.monotonic() - start,
+                    Tally(type(a).__name__ for a in actions),
+                    sum(1 for o in outcomes if o.applied),
+                    self.slow.age_s(),
+                    self._used_prefetch,
+                    observed.newest_sample_age_s,
+                    held,
+                )
+            )
         # the node watch works between cycles as well: its share is not the cycle's
         self.metrics.cycle_cpu.set(time.process_time() - cpu - (self._watch_cpu() - watch_cpu))
         # a condition that lasts (an exporter down, Prometheus away) is logged when it

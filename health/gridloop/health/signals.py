@@ -43,6 +43,10 @@ PRESENCE_FAMILIES = frozenset({"up", "present"})
 BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES
 GPU_KEYS = ("UUID", "gpu", *HOST_KEYS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
+# Asked with the fault events, at the same moment: when Prometheus last scraped any
+# exporter. One value over one series per exporter (not per GPU), so a cycle can tell its
+# fault read is fresh while the background read is late.
+FRESHNESS = "fresh"
 
 
 def _window(seconds: float) -> str:
@@ -59,6 +63,7 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         # time minus the newest of these is how stale Prometheus is
         "present": f"max by ({', '.join(GPU_KEYS)}) (timestamp({PRESENCE}))",
         "xid": "DCGM_FI_DEV_XID_ERRORS != 0",
+        FRESHNESS: f'max(timestamp(up{{job="{exporter_job}"}}))',
         # the XID gauge holds the last code: each change in the window counts as an event
         # (a new code, or a return to 0 after a reset; the same code twice in a row is
         # invisible in this gauge, as it is in dcgm-exporter's). dcgm-exporter 3.3.6 and

@@ -1,0 +1,83 @@
+"""The background read: a cycle of the running service never waits for it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from gridloop.health.refreshing import Refresher
+
+
+class SlowPrometheus:
+    """Answers each query once `release` is set (a busy, or just started, Prometheus)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.release = threading.Event()
+        self.asked = 0
+        self.fail = fail
+
+    def custom_query(self, query: str, params: dict, timeout: float | None = None) -> list:
+        self.asked += 1
+        self.release.wait(10)
+        if self.fail:
+            raise ConnectionError("Prometheus went away")
+        return [{"metric": {"q": query}, "value": [0, "1"]}]
+
+
+def count(answers: dict) -> int:
+    return sum(len(v) for v in answers.values())
+
+
+def refresher(prom: SlowPrometheus, background: bool) -> Refresher[int]:
+    return Refresher(prom, {"up": "up", "present": "p"}, 15, 30, count, background=background)
+
+
+def test_the_running_service_gets_what_it_has_at_once_while_the_first_read_is_slow():
+    prom = SlowPrometheus()
+    slow = refresher(prom, background=True)
+
+    started = time.monotonic()
+    first = slow.answers()
+
+    assert first == 0  # nothing yet: plan() sees no baseline and acts on fault events only
+    assert time.monotonic() - started < 1
+    prom.release.set()
+    deadline = time.monotonic() + 5
+    while slow.answers() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slow.answers() == 2 and slow.error is None
+
+
+def test_one_cycle_on_its_own_reads_stale_answers_itself():
+    prom = SlowPrometheus()
+    prom.release.set()
+    once = refresher(prom, background=False)
+
+    assert once.answers() == 2  # read in the caller's thread
+    assert prom.asked == 2
+
+
+def test_a_failed_background_read_says_why_and_the_answers_stay_as_they_were():
+    prom = SlowPrometheus(fail=True)
+    prom.release.set()
+    slow = refresher(prom, background=True)
+
+    slow.answers()
+    deadline = time.monotonic() + 5
+    while slow.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    assert slow.error is not None and "Prometheus went away" in slow.error
+    assert slow.answers() == 0
+
+
+def test_only_one_background_read_at_a_time():
+    prom = SlowPrometheus()
+    slow = refresher(prom, background=True)
+
+    for _ in range(5):
+        slow.answers()
+    time.sleep(0.1)
+
+    assert prom.asked == 1  # the first query of the one read under way (one at a time)
+    prom.release.set()
