@@ -35,7 +35,9 @@ Usage (binaries built, nothing else running on the machine):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import platform
 import random
@@ -183,6 +185,142 @@ class Service:
             )
 
 
+RELEASE = "gridloop-bench"  # --in-cluster: the chart's release and namespace
+LEASE = "gridloop-health"
+
+
+class PodService:
+    """The health service as the chart runs it (--in-cluster): its Deployment on the
+    container node, gridloop's image, in-cluster config, reading Prometheus through the
+    Service the chart's URL names. Scaled up for a round and down after it, so it never
+    acts beside the host-process service."""
+
+    def __init__(self, api: client.ApiClient, replicas: int) -> None:
+        self.apps, self.core = client.AppsV1Api(api), client.CoreV1Api(api)
+        self.leases = client.CoordinationV1Api(api)
+        self.name = f"{RELEASE}-health"
+        self._scale(replicas)
+        self.url = ""
+
+    def _scale(self, replicas: int) -> None:
+        self.apps.patch_namespaced_deployment_scale(
+            self.name, RELEASE, {"spec": {"replicas": replicas}}
+        )
+
+    def _leader(self) -> client.V1Pod | None:
+        try:
+            lease = self.leases.read_namespaced_lease(LEASE, RELEASE)
+        except client.ApiException:
+            return None
+        try:
+            pod = self.core.read_namespaced_pod(lease.spec.holder_identity or "-", RELEASE)
+        except client.ApiException:
+            return None
+        return pod if pod.status.pod_ip and pod.status.phase == "Running" else None
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        with urllib.request.urlopen(self.url, timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    key, _, value = line.rpartition(" ")
+                    out[key] = float(value)
+        return out
+
+    def wait_started(self, timeout: float = 120) -> None:
+        """Until a replica leads and serves /metrics."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pod = self._leader()
+            if pod is not None:
+                self.url = f"http://{pod.status.pod_ip}:9464/metrics"
+                self.pod = pod.metadata.name
+                try:
+                    self.metrics()
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.5)
+        raise SystemExit(f"no replica of {self.name} led within {timeout}s")
+
+    def wait_steady(self, timeout: float = 180) -> None:
+        self.wait_started()
+        deadline, good = time.monotonic() + timeout, 0
+        while time.monotonic() < deadline:
+            try:
+                m = self.metrics()
+            except OSError:
+                m = {}
+            holding = any(k.startswith("gridloop_health_holding{") and v for k, v in m.items())
+            good = good + 1 if m.get("gridloop_health_cycle_seconds_count") and not holding else 0
+            if good >= 3:
+                return
+            time.sleep(1)
+        raise SystemExit(f"{self.name} never steady in {timeout}s")
+
+    def peak_rss_mib(self) -> tuple[int, int]:
+        m = self.metrics()
+        return int(m.get("process_resident_memory_bytes", 0)) // 2**20, 0
+
+    def stop(self) -> None:
+        if LOGS is not None and getattr(self, "pod", None):
+            LOGS.mkdir(parents=True, exist_ok=True)
+            text = self.core.read_namespaced_pod_log(self.pod, RELEASE)
+            (LOGS / f"{time.strftime('%H%M%S')}-pod-{self.pod}.log").write_text(text)
+        self._scale(0)
+        deadline = time.monotonic() + 120
+        selector = "app.kubernetes.io/component=health"
+        while self.core.list_namespaced_pod(RELEASE, label_selector=selector).items:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{self.name}'s pods still there after scaling to 0")
+            time.sleep(1)
+        # the next replicas have new names: no waiting out the old holder's lease
+        with contextlib.suppress(client.ApiException):
+            self.leases.delete_namespaced_lease(LEASE, RELEASE)
+
+
+def install_chart(state: State, workdir: Path, fleet: dict, policy: Path) -> None:
+    """The bundle installed with the local profile and only the health service on (the
+    other components have nothing to do in this benchmark), scaled to 0 until a round
+    wants it. Its policy is the run's; it cycles every second, as the host process does,
+    with the chart's default resources (1 CPU, 512 MiB)."""
+    from gridloop.bundle import bundling
+
+    bundle = bundling.bundle(bundling.Request(out=workdir / "dist", skip=frozenset({"kaito"})))
+    values = workdir / "bench-values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": fleet,
+                "kueue": {"enabled": False},
+                "kuberay": {"enabled": False},
+                "kaito": {"enabled": False},
+                "inference": {"enabled": False},
+                "agentSandbox": {"enabled": False},
+                "dashboards": {"enabled": False},
+                "health": {
+                    "replicas": 0,
+                    "intervalSeconds": 1,
+                    "policy": policy.read_text(),
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"cpu": "1", "memory": "512Mi"},
+                    },
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    done = subprocess.run(
+        [str(PYTHON.parent / "gridloop"), "install", "--chart", str(bundle.folder),
+         "--profile", "local", "-f", str(values), "--namespace", RELEASE, "--release",
+         RELEASE, "--wait", "--timeout", "5m", "--kubeconfig", str(state.kubeconfig)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"gridloop install failed:\n{done.stdout}\n{done.stderr}")
+
+
 class TaintWatch:
     """When each node first shows up quarantined (label and taint land in one patch)."""
 
@@ -264,7 +402,7 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
 
 
-def _phases(service: Service) -> dict[str, tuple[float, float]]:
+def _phases(service: Service | PodService) -> dict[str, tuple[float, float]]:
     m = service.metrics()
     return {
         phase: (
@@ -280,7 +418,7 @@ def failure_round(
     api: client.ApiClient,
     prom: PrometheusConnect,
     names: list[str],
-    service: Service,
+    service: Service | PodService,
 ) -> dict[str, object]:
     phases_before = _phases(service)
     taints = TaintWatch(api)
@@ -334,12 +472,16 @@ def failure_round(
 
 
 def _start(
-    workdir: Path, part: str, nodes: int, scrape_s: int
+    workdir: Path, part: str, nodes: int, scrape_s: int, container_node: bool = False
 ) -> tuple[Path, Path, Path, cluster.UpResult]:
     """A generated fleet's cluster with exporters and Prometheus (no health service), the
-    policy for the run, and Prometheus set to scrape every `scrape_s`."""
+    policy for the run, and Prometheus set to scrape every `scrape_s`; with
+    `container_node`, a real node beside the simulated ones, for the chart's pods."""
     fleet_file = workdir / f"fleet-{nodes}.yaml"
-    fleet_file.write_text(dump_fleet(generate_fleet(nodes)))
+    doc = generate_fleet(nodes)
+    if container_node:
+        doc["containerNodes"] = {"nodes": 1}
+    fleet_file.write_text(dump_fleet(doc))
     state_dir = workdir / f"state-{part}"
     policy = _policy(workdir / f"policy-{part}.yaml", nodes, scrape_s)
     t0 = time.monotonic()
@@ -410,9 +552,13 @@ class Loader:
 
 
 def engine_seconds(url: str) -> float:
-    """Prometheus's own query engine time so far, every client's (its /metrics), seconds."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+    """Prometheus's own query engine time so far, every client's (its /metrics), seconds;
+    NaN when a busy Prometheus does not answer in time."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return math.nan
     return sum(
         float(line.rpartition(" ")[2])
         for line in text.splitlines()
@@ -468,14 +614,21 @@ def run_latency(
     rounds: int,
     slowed: bool,
     old_code: Path | None = None,
+    in_cluster: bool = False,
 ) -> dict:
     """Rounds of `failing` nodes at once: the first right after the cluster and the service
     start (nothing settled), then, once the cluster has settled, the `workers`
     configurations alternated (A B A B ...) `rounds` times each, then (`slowed`) each once
     more with Prometheus loaded by a second client. A new service process every round;
     every round is reported."""
-    fleet_file, state_dir, policy, res = _start(workdir, "latency", nodes, scrape_s)
+    fleet_file, state_dir, policy, res = _start(workdir, "latency", nodes, scrape_s, in_cluster)
     api = kube.api_client(res.state.kubeconfig)
+    if in_cluster:
+        t0 = time.monotonic()
+        install_chart(res.state, workdir, yaml.safe_load(fleet_file.read_text()), policy)
+        print(f"chart installed in {time.monotonic() - t0:.0f}s", flush=True)
+        with contextlib.suppress(client.ApiException):  # the host process's namespace
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": flags.HEALTH_NAMESPACE}})
     prom_url = f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}"
     prom = PrometheusConnect(url=prom_url)
     pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
@@ -492,8 +645,12 @@ def run_latency(
                 out["settled_after_s"] = round(settled_after, 1)
                 print(f"cluster settled after {settled_after:.0f}s more", flush=True)
             names, pool = pool[:failing], pool[failing:]
-            count, code = configuration(w, old_code)
-            service = Service(res.state, policy, workers=count, interval=1.0, code=code)
+            service: Service | PodService
+            if w == "pod":
+                service = PodService(api, replicas=2)
+            else:
+                count, code = configuration(w, old_code)
+                service = Service(res.state, policy, workers=count, interval=1.0, code=code)
             loader = None
             try:
                 if kind == "unsettled":
@@ -505,7 +662,8 @@ def run_latency(
                 if loader:
                     time.sleep(5)  # its queries under way
                 row = failure_round(res.state, api, prom, names, service)
-                row["prometheus_engine_s"] = round(engine_seconds(prom_url) - engine, 1)
+                spent = engine_seconds(prom_url) - engine
+                row["prometheus_engine_s"] = None if math.isnan(spent) else round(spent, 1)
                 if loader:
                     row.update(loader.stop())
                     loader = None
@@ -637,7 +795,13 @@ def main() -> None:
         "--workers",
         nargs="+",
         default=["16", "1"],
-        help="configurations, alternated: workers, or old:workers for --old-code's service",
+        help="configurations, alternated: workers, old:workers for --old-code's service, "
+        "or pod (with --in-cluster: the chart's Deployment, 2 replicas, 16 workers)",
+    )
+    parser.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="add a container node and install the chart's health service (`pod`)",
     )
     parser.add_argument(
         "--old-code",
@@ -677,6 +841,7 @@ def main() -> None:
                 args.rounds,
                 not args.no_slowed,
                 args.old_code,
+                args.in_cluster,
             )
         if args.cycle_nodes:
             results["cycle"] = run_cycle(

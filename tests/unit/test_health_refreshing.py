@@ -81,3 +81,26 @@ def test_only_one_background_read_at_a_time():
 
     assert prom.asked == 1  # the first query of the one read under way (one at a time)
     prom.release.set()
+
+
+def test_in_a_storm_no_new_read_starts_until_the_answers_are_stale():
+    prom = SlowPrometheus()
+    prom.release.set()
+    slow = Refresher(prom, {"up": "up"}, 0.05, 0.3, count, background=True)
+    slow.answers()  # the first read (there is nothing yet, so it is stale)
+    deadline = time.monotonic() + 5
+    while slow.answers(defer=True) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    asked = prom.asked
+
+    time.sleep(0.1)  # due (every 0.05 s) but not stale (0.3 s)
+    slow.answers(defer=True)
+    time.sleep(0.05)
+    assert prom.asked == asked
+
+    time.sleep(0.3)  # stale now: read even in a storm
+    slow.answers(defer=True)
+    deadline = time.monotonic() + 5
+    while prom.asked == asked and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert prom.asked == asked + 1

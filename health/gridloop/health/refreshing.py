@@ -52,17 +52,19 @@ class Refresher(Generic[T]):
         self._lock = threading.Lock()
         self._busy = False
 
-    def answers(self) -> T | str:
+    def answers(self, defer: bool = False) -> T | str:
         """The answers, or why Prometheus could not give them.
 
         Fresh enough answers come from memory (a newer read is started when one is due);
         otherwise this reads now, in the caller's thread, unless `background`: then the
-        answers in memory come back whatever their age.
+        answers in memory come back whatever their age. `defer` (a fault storm under way:
+        its cycles' own reads come first) starts no new read until the answers are stale.
         """
         with self._lock:
             answers, at, busy = self._answers, self._at, self._busy
             age = time.monotonic() - at
-            if age >= self.every_s and not busy and (age < self.stale_s or self.background):
+            due = age >= (self.stale_s if defer else self.every_s)
+            if due and not busy and (age < self.stale_s or self.background):
                 self._busy = True
                 threading.Thread(target=self._refresh, name="health-slow", daemon=True).start()
         if age < self.stale_s or self.background:

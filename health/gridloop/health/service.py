@@ -126,6 +126,7 @@ class HealthService:
         self.clock, self.log = clock, log
         self.log_cycles = log_cycles  # one line per cycle: where its time went
         self._used_prefetch = False
+        self._storming = False  # the last cycle quarantined a node
         # when the run loop last went round (monotonic): /healthz reads it (liveness.py)
         self.heartbeat = time.monotonic()
         self._said: frozenset[str] = frozenset()  # last cycle's warnings, said once
@@ -152,7 +153,9 @@ class HealthService:
         nodes = self.nodes.views() if self.nodes else None
         if nodes is None:
             nodes = list_views(self.core, self.policy.opt_out_label).views
-        kept = self.slow.answers()
+        # in a storm the cycles' own reads of the fault events come first: the background
+        # read waits until its answers are stale (plan() acts on fresh fault events alone)
+        kept = self.slow.answers(defer=self._storming)
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
         prefetched = self._prefetched()
@@ -195,6 +198,7 @@ class HealthService:
         if not self.policy.dry_run and any(isinstance(a, Quarantine) for a in actions):
             self._prefetch()
         outcomes = self.executor.apply(actions)
+        self._storming = any(o.applied and isinstance(o.action, Quarantine) for o in outcomes)
         phases = self.metrics.phase.labels
         phases("read").observe(read_at - start)
         phases("plan").observe(planned_at - read_at)
