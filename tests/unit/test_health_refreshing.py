@@ -104,3 +104,26 @@ def test_in_a_storm_no_new_read_starts_until_the_answers_are_stale():
     while prom.asked == asked and time.monotonic() < deadline:
         time.sleep(0.01)
     assert prom.asked == asked + 1
+
+
+def test_a_slow_read_is_followed_by_a_pause_as_long_so_the_load_stays_flat():
+    prom = SlowPrometheus()
+    slow = Refresher(prom, {"up": "up"}, 0.01, 10, count, background=True)
+    slow.answers()
+    time.sleep(0.2)  # the read takes 0.2 s
+    prom.release.set()
+    deadline = time.monotonic() + 5
+    while slow.answers() == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    asked = prom.asked
+
+    time.sleep(0.1)  # due by the interval (0.01 s), but within twice the last read
+    slow.answers()
+    assert prom.asked == asked
+
+    time.sleep(0.35)
+    slow.answers()
+    deadline = time.monotonic() + 5
+    while prom.asked == asked and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert prom.asked == asked + 1

@@ -51,6 +51,7 @@ class Refresher(Generic[T]):
         self._at = -float("inf")  # monotonic time of the answers
         self._lock = threading.Lock()
         self._busy = False
+        self._took = 0.0  # how long the last read took
 
     def answers(self, defer: bool = False) -> T | str:
         """The answers, or why Prometheus could not give them.
@@ -63,7 +64,10 @@ class Refresher(Generic[T]):
         with self._lock:
             answers, at, busy = self._answers, self._at, self._busy
             age = time.monotonic() - at
-            due = age >= (self.stale_s if defer else self.every_s)
+            # a slow Prometheus is left as long between two reads as the last one took, so
+            # the service's own load on it stays flat (at most half its time)
+            every = max(self.every_s, 2 * self._took)
+            due = age >= (self.stale_s if defer else every)
             if due and not busy and (age < self.stale_s or self.background):
                 self._busy = True
                 threading.Thread(target=self._refresh, name="health-slow", daemon=True).start()
@@ -84,6 +88,7 @@ class Refresher(Generic[T]):
         started = time.monotonic()
         try:
             fresh = self._read()
+            self._took = time.monotonic() - started
             if isinstance(fresh, str):  # a failure: the answers age until a cycle asks
                 self.error = fresh
             else:
