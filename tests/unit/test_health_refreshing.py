@@ -15,9 +15,11 @@ class SlowPrometheus:
         self.release = threading.Event()
         self.asked = 0
         self.fail = fail
+        self.times: list[float] = []  # when each query was asked (monotonic)
 
     def custom_query(self, query: str, params: dict, timeout: float | None = None) -> list:
         self.asked += 1
+        self.times.append(time.monotonic())
         self.release.wait(10)
         if self.fail:
             raise ConnectionError("Prometheus went away")
@@ -127,3 +129,18 @@ def test_a_slow_read_is_followed_by_a_pause_as_long_so_the_load_stays_flat():
     while prom.asked == asked and time.monotonic() < deadline:
         time.sleep(0.01)
     assert prom.asked == asked + 1
+
+
+def test_the_pause_never_lets_the_answers_go_stale_before_the_next_read_is_back():
+    prom = SlowPrometheus()
+    slow = Refresher(prom, {"up": "up"}, 0.01, 0.6, count, background=True)
+    slow.answers()
+    time.sleep(0.3)  # the read takes 0.3 s: twice that is 0.6 s, when the answers go stale
+    prom.release.set()
+    deadline = time.monotonic() + 5
+    while len(prom.times) < 2 and time.monotonic() < deadline:
+        slow.answers()
+        time.sleep(0.01)
+
+    first, second = prom.times[:2]
+    assert 0.3 <= second - first < 0.55  # from 0.6 - 0.3 on, not at 0.6

@@ -65,8 +65,9 @@ class Refresher(Generic[T]):
             answers, at, busy = self._answers, self._at, self._busy
             age = time.monotonic() - at
             # a slow Prometheus is left as long between two reads as the last one took, so
-            # the service's own load on it stays flat (at most half its time)
-            every = max(self.every_s, 2 * self._took)
+            # the service's own load on it stays flat (at most half its time), but never so
+            # long that the answers go stale before the next read is back
+            every = max(self.every_s, min(2 * self._took, self.stale_s - self._took))
             due = age >= (self.stale_s if defer else every)
             if due and not busy and (age < self.stale_s or self.background):
                 self._busy = True

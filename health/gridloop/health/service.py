@@ -14,6 +14,7 @@ next cycle's read while it acts, and in a storm the next cycle follows at once.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections import Counter as Tally
@@ -68,11 +69,14 @@ def _cycle_line(
 ) -> str:
     """`--log-cycles`: one cycle in one line (pure)."""
     kinds = " ".join(f"{k}={n}" for k, n in sorted(planned.items()) if k not in ("Warn",))
-    age = "none" if sample_age_s is None else f"{sample_age_s:.1f}s"
+    age = "none" if sample_age_s is None else f"{sample_age_s:.1f}s old"
+    base = (
+        "no baseline yet" if baseline_age_s == math.inf else f"baseline {baseline_age_s:.1f}s old"
+    )
     return (
         f"cycle {total_s:.2f}s: read {read_s:.2f}s{' (prefetched)' if prefetched else ''} "
-        f"plan {plan_s:.2f}s act {act_s:.2f}s; baseline {baseline_age_s:.1f}s old, "
-        f"newest sample {age} old; planned {kinds or 'nothing'}, applied {applied}"
+        f"plan {plan_s:.2f}s act {act_s:.2f}s; {base}, "
+        f"newest sample {age}; planned {kinds or 'nothing'}, applied {applied}"
         + (f"; held: {held}" if held else "")
     )
 
