@@ -59,7 +59,8 @@ class Refresher(Generic[T]):
         Fresh enough answers come from memory (a newer read is started when one is due);
         otherwise this reads now, in the caller's thread, unless `background`: then the
         answers in memory come back whatever their age. `defer` (a fault storm under way:
-        its cycles' own reads come first) starts no new read until the answers are stale.
+        its cycles' own reads come first) starts a new read only just in time for the answers
+        not to go stale (as long before as the last read took).
         """
         with self._lock:
             answers, at, busy = self._answers, self._at, self._busy
@@ -68,7 +69,8 @@ class Refresher(Generic[T]):
             # the service's own load on it stays flat (at most half its time), but never so
             # long that the answers go stale before the next read is back
             every = max(self.every_s, min(2 * self._took, self.stale_s - self._took))
-            due = age >= (self.stale_s if defer else every)
+            # deferred (a storm): started just in time to be back before the answers go stale
+            due = age >= (self.stale_s - self._took if defer else every)
             if due and not busy and (age < self.stale_s or self.background):
                 self._busy = True
                 threading.Thread(target=self._refresh, name="health-slow", daemon=True).start()
