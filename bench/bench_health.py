@@ -420,6 +420,7 @@ def failure_round(
     names: list[str],
     service: Service | PodService,
 ) -> dict[str, object]:
+    began = time.monotonic()
     phases_before = _phases(service)
     taints = TaintWatch(api)
     chosen = set(names)
@@ -468,6 +469,7 @@ def failure_round(
         "nodes_per_s": round(len(latencies) / max(last - first, 1e-3), 1),
         "peak_nodes_per_s": peak,
         "cycle_phase_mean_s": mean_phase,
+        "_round_s": time.monotonic() - began,
     }
 
 
@@ -567,6 +569,25 @@ def engine_seconds(url: str) -> float:
     )
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(state: State, service: Service | PodService) -> dict[str, float]:
+    """CPU time used so far by each of the cluster's processes and the host-process service
+    (/proc/PID/stat utime + stime, children not included), seconds."""
+    pids = {p.name: p.pid for p in state.processes}
+    if isinstance(service, Service):
+        pids["health-service"] = service.proc.pid
+    out = {}
+    for name, pid in pids.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[name] = (int(fields[11]) + int(fields[12])) / TICKS
+    return out
+
+
 def release_round(state: State, api: client.ApiClient, names: list[str], timeout: float) -> float:
     """Clear the round's faults and wait until the service has released every node (its
     own hold-down and release): the nodes serve again in a later round."""
@@ -657,11 +678,16 @@ def run_latency(
                     service.wait_started()
                 else:
                     service.wait_steady()
-                engine = engine_seconds(prom_url)
+                engine, cpu = engine_seconds(prom_url), cpu_seconds(res.state, service)
                 loader = Loader(prom_url) if kind == "slowed" else None
                 if loader:
                     time.sleep(5)  # its queries under way
                 row = failure_round(res.state, api, prom, names, service)
+                after = cpu_seconds(res.state, service)
+                # where the machine's two cores went during the round, busiest first
+                used = {k: round(after[k] - cpu[k], 1) for k in after if k in cpu}
+                row["cpu_s"] = dict(sorted(used.items(), key=lambda kv: -kv[1])[:6])
+                row["round_s"] = round(row.pop("_round_s"), 1)  # type: ignore[arg-type]
                 spent = engine_seconds(prom_url) - engine
                 row["prometheus_engine_s"] = None if math.isnan(spent) else round(spent, 1)
                 if loader:
@@ -724,7 +750,11 @@ def _unfiltered(policy_path: Path) -> dict[str, str]:
     for family, promql in queries(load_policy(policy_path), flags.EXPORTER_JOB).items():
         for suffix in (" > 0", " != 0"):
             promql = promql.removesuffix(suffix)
-        out[family] = PRESENCE if family == "present" else promql
+        if family == "presence":  # the plain way: both halves, each in full
+            out["up"] = f'up{{job="{flags.EXPORTER_JOB}"}}'
+            out["present"] = PRESENCE
+        else:
+            out[family] = promql
     return out
 
 

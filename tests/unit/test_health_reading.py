@@ -80,7 +80,26 @@ def test_a_cycle_asks_only_for_fault_events_and_the_rest_in_the_background():
     # and when Prometheus last scraped any exporter: one value, to know the read is fresh
     assert set(q) - BACKGROUND_FAMILIES == {"xid", "ecc_dbe", "fresh"}
     assert q["fresh"] == 'max(timestamp(up{job="dcgm-exporter"}))'
-    assert {"up", "present", "row_remap_failure"} <= BACKGROUND_FAMILIES
+    assert {"presence", "row_remap_failure"} <= BACKGROUND_FAMILIES
+
+
+def test_presence_and_up_are_one_query_so_one_view_of_prometheus_answers_both():
+    q = queries(Policy(), "dcgm-exporter")
+
+    assert q["presence"] == (
+        'label_replace(up{job="dcgm-exporter"}, "gridloop_family", "up", "", "") or '
+        "label_replace(max by (UUID, gpu, node, Hostname, hostname) "
+        '(timestamp(DCGM_FI_DEV_GPU_TEMP)), "gridloop_family", "present", "", "")'
+    )
+    answer = [
+        series(1, node="a", gridloop_family="up"),
+        series(NOW - 2, Hostname="a", UUID="GPU-a0", gpu="0", gridloop_family="present"),
+    ]
+
+    obs = with_faults(baseline({"presence": answer}), {}, NODES, NOW)
+
+    assert obs.exporter_up == {"a": True}
+    assert list(obs.gpus["a"]) == ["GPU-a0"] and obs.newest_sample_age_s == 2.0
 
 
 def test_the_fault_read_alone_names_its_gpus_and_how_fresh_it_is_whatever_the_baseline():
@@ -134,7 +153,6 @@ def test_a_down_exporter_reads_as_down_and_a_missing_one_as_absent():
 
 def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_signals():
     q = queries(Policy(), "dcgm-exporter")
-    assert q["up"] == 'up{job="dcgm-exporter"}'
     assert all("Hostname=" not in v and "node=" not in v for v in q.values())
     off = queries(Policy(signals=Signals(nvlink_errors=None, pcie_replays=None)), "dcgm")
     assert not any(f.startswith(("nvlink", "pcie")) for f in off)
@@ -142,12 +160,13 @@ def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_sign
 
 def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifying_labels():
     q = queries(Policy(), "dcgm-exporter")
-    whole_fleet = {"up", "present", "fresh"}  # "fresh" is one value for the whole fleet
+    whole_fleet = {"presence", "fresh"}  # "fresh" is one value for the whole fleet
     for family, promql in q.items():
         if family not in whole_fleet:
             assert promql.endswith(("> 0", "!= 0")), family
-    assert q["present"] == (
+    assert (
         "max by (UUID, gpu, node, Hostname, hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
+        in (q["presence"])
     )
 
 

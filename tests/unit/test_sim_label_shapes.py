@@ -224,6 +224,16 @@ def scrape(text: str, target: Labels) -> list[tuple[Labels, float]]:
 
 def answer(promql: str, stored: list[tuple[Labels, float]]) -> list[Sample]:
     """What Prometheus answers at NOW for the health service's instant queries."""
+    if " or " in promql:  # the presence-and-up query: each side, tagged (label_replace)
+        out = []
+        for side in promql.split(" or "):
+            tagged = re.fullmatch(r'label_replace\((.*), "(\w+)", "(\w+)", "", ""\)', side)
+            assert tagged, side
+            for sample in answer(tagged.group(1), stored):
+                out.append(
+                    {**sample, "metric": {**sample["metric"], tagged.group(2): tagged.group(3)}}
+                )
+        return out
     if up := re.fullmatch(r'up\{job="([^"]+)"\}', promql):
         return [
             {"metric": labels, "value": [NOW, str(value)]}

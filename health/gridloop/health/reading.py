@@ -25,7 +25,13 @@ from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
-from gridloop.health.signals import FRESHNESS, HOST_KEYS, NVLINK_FAMILIES
+from gridloop.health.signals import (
+    FAMILY_LABEL,
+    FRESHNESS,
+    HOST_KEYS,
+    NVLINK_FAMILIES,
+    PRESENCE_AND_UP,
+)
 
 Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
 
@@ -86,7 +92,21 @@ class Baseline:
     evaluated_at: float | None = None  # when Prometheus evaluated the presence query
 
 
+def split_presence(results: dict[str, list[Sample]]) -> dict[str, list[Sample]]:
+    """The one presence-and-up answer as its two families, "present" and "up" (pure)."""
+    if PRESENCE_AND_UP not in results:
+        return results
+    out = {k: v for k, v in results.items() if k != PRESENCE_AND_UP}
+    for sample in results[PRESENCE_AND_UP]:
+        labels = dict(sample.get("metric", {}))
+        family = labels.pop(FAMILY_LABEL, None)
+        if family in ("present", "up"):
+            out.setdefault(family, []).append({**sample, "metric": labels})
+    return out
+
+
 def baseline(results: dict[str, list[Sample]]) -> Baseline:
+    results = split_presence(results)
     gpus: dict[HostKey, dict[str, GpuReading]] = {}
     newest: dict[HostKey, float] = {}
     evaluated_at = None

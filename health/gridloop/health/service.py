@@ -211,7 +211,9 @@ class HealthService:
         # a quarantine the API server refused did not happen: it does not count in the window
         done = [o.action for o in outcomes if not o.failed]
         after = breakers.advance(breaker, done, observed.nodes, now, self.policy.limits.window_s)
-        held = next((a.reason for a in actions if isinstance(a, Hold)), None)
+        hold = next((a for a in actions if isinstance(a, Hold)), None)
+        held = hold.reason if hold else None
+        partly = bool(hold and hold.fault_events_only)  # fresh fault events still acted on
         self._log(outcomes)
         removals = saved.removals
         if self.rebalancer:
@@ -224,6 +226,7 @@ class HealthService:
         summary = {
             "at": now,
             "held": held,
+            "faultEventsOnly": partly,
             "dryRun": self.policy.dry_run,
             "actions": dict(Tally(type(a).__name__ for a in actions)),
         }
@@ -242,7 +245,8 @@ class HealthService:
                     warning=True,
                     instance=self.instance,
                 )
-        self._record(observed, outcomes, after.tripped, held, time.monotonic() - start)
+        label = f"fault events only: {held}" if partly else held
+        self._record(observed, outcomes, after.tripped, label, time.monotonic() - start)
         if self.log_cycles:
             self.log(
                 _cycle_line(
@@ -288,8 +292,13 @@ class HealthService:
         age = observed.newest_sample_age_s
         m.staleness.set(-1 if age is None else age)
         m.hold.clear()
-        if held:
-            m.hold.labels(held.split(":")[0][:60]).set(1)
+        if held:  # "fault events only" keeps its own prefix: quarantines still happen
+            prefix = (
+                ":".join(held.split(":")[:2])
+                if held.startswith("fault events only:")
+                else held.split(":")[0]
+            )
+            m.hold.labels(prefix[:60]).set(1)
 
     def _log(self, outcomes: list[Outcome]) -> None:
         """The node actions done (or, in dry-run, planned), before the quota they change."""

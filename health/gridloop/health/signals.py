@@ -39,7 +39,15 @@ NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
 NVLINK_FAMILIES = frozenset(f"nvlink_{name.lower()}" for name in NVLINK_COUNTERS)
 SLOW_FAMILIES = frozenset({"xid_repeats", "thermal", "power", "pcie", *NVLINK_FAMILIES})
 STATE_FAMILIES = frozenset({"row_remap_pending", "row_remap_failure", "retired_pending"})
-PRESENCE_FAMILIES = frozenset({"up", "present"})
+# which GPUs report and whether each exporter is up: one query, so Prometheus answers
+# both from one view of its data (a scrape commits its samples, or their staleness
+# markers, together with its `up`). Two queries at the same evaluation time are not
+# enough: a scrape that started before that time and failed between the two makes its
+# GPUs vanish from one answer while the other still says its exporter is up (seen at
+# 5,000 nodes with 20 s scrapes: healthy nodes quarantined as "gpu-vanished").
+PRESENCE_AND_UP = "presence"
+PRESENCE_FAMILIES = frozenset({PRESENCE_AND_UP})
+FAMILY_LABEL = "gridloop_family"  # which half of the presence answer a series is
 BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES
 GPU_KEYS = ("UUID", "gpu", *HOST_KEYS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
@@ -47,6 +55,10 @@ PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GP
 # exporter. One value over one series per exporter (not per GPU), so a cycle can tell its
 # fault read is fresh while the background read is late.
 FRESHNESS = "fresh"
+
+
+def _tagged(promql: str, family: str) -> str:
+    return f'label_replace({promql}, "{FAMILY_LABEL}", "{family}", "", "")'
 
 
 def _window(seconds: float) -> str:
@@ -57,11 +69,12 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
     """Family name -> PromQL. Families with a threshold switched off are not queried."""
     s, repeat = policy.signals, _window(policy.xid_repeat_window_s)
     scrape = _window(policy.scrape_interval_s)
+    # which GPUs report, and when each was last scraped (the answer's own evaluation
+    # time minus the newest of these is how stale Prometheus is); and each exporter's up
+    present = f"max by ({', '.join(GPU_KEYS)}) (timestamp({PRESENCE}))"
+    up = f'up{{job="{exporter_job}"}}'
     q = {
-        "up": f'up{{job="{exporter_job}"}}',
-        # which GPUs report, and when each was last scraped: the answer's own evaluation
-        # time minus the newest of these is how stale Prometheus is
-        "present": f"max by ({', '.join(GPU_KEYS)}) (timestamp({PRESENCE}))",
+        PRESENCE_AND_UP: f"{_tagged(up, 'up')} or {_tagged(present, 'present')}",
         "xid": "DCGM_FI_DEV_XID_ERRORS != 0",
         FRESHNESS: f'max(timestamp(up{{job="{exporter_job}"}}))',
         # the XID gauge holds the last code: each change in the window counts as an event
