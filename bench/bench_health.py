@@ -7,15 +7,23 @@ scrapes every `--scrape` seconds (default 15, the shipped policy's scrapeInterva
 local cluster's 5 s would have the simulated exporters and Prometheus alone use up this
 machine's two cores at 2,000 nodes, and the service would be measuring their queue).
 
-1. Latency and throughput (`--nodes`, default 2,000 nodes = 16,000 GPUs): for each
-   count in `--failing` (default 1, 100, 500), that many fresh nodes get XID 79 on
-   GPU 0 in one write of the faults file. A watch on the API server notes when each
-   node first carries the quarantine taint; afterwards Prometheus is asked for the
-   first raw sample of each node's XID series that shows 79. Latency = taint seen -
-   that sample's timestamp (the scrape's start: it includes the scrape itself).
-   Run twice in the same cluster, side by side: the service as shipped (`--workers`,
-   16 concurrent node actions) and one action at a time (`--workers 1`, the
-   baseline). Breaker limits are raised for the run, so every fault is acted on.
+1. Latency and throughput (`--nodes`, default 2,000 nodes = 16,000 GPUs), in rounds of
+   `--failing` nodes (default 500) getting XID 79 on GPU 0 in one write of the faults
+   file. A watch on the API server notes when each node first carries the quarantine
+   taint; afterwards Prometheus is asked for the first raw sample of each node's XID
+   series that shows 79. Latency = taint seen - that sample's timestamp (the scrape's
+   start: it includes the scrape itself). The rounds, every one reported:
+   - `unsettled`: the first, right after `local up` returned and the service answers;
+   - then, once the cluster has settled (`settle`), the `--workers` configurations
+     alternated (A B A B ...) `--rounds` times each: a worker count (16 as shipped; 1,
+     one node action at a time, the baseline), `old:N` for another checkout's service
+     (`--old-code`), or `pod` for the chart's Deployment (`--in-cluster`);
+   - then (unless `--no-slowed`) each once more while a second client loads Prometheus
+     with heavy queries (`Loader`).
+   A new service process (or scaled-up Deployment) serves each round; the service itself
+   releases the round's nodes afterwards (5 s hold-down), so later rounds reuse them.
+   Breaker limits are raised for the run, so every fault is acted on. Each round also
+   reports Prometheus's own query time and each cluster process's CPU.
 2. One cycle's CPU time and the process's memory (`--cycle-nodes`, default 5,000 nodes
    = 40,000 GPUs): the service cycles over a healthy fleet every 5 s; its own metrics
    give the CPU time of each cycle, /proc gives its resident and peak memory. Here
@@ -28,8 +36,9 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
 
 Usage (binaries built, nothing else running on the machine):
 
-    .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 1 100 500]
-        [--scrape 15] [--cycle-nodes 5000] [--cycle-scrape 60] [--json FILE]
+    .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 500] [--rounds 3]
+        [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed]
+        [--scrape 15] [--cycle-nodes 5000] [--cycle-scrape 60] [--logs DIR] [--json FILE]
 """
 
 from __future__ import annotations
