@@ -158,7 +158,8 @@ class HealthService:
         if nodes is None:
             nodes = list_views(self.core, self.policy.opt_out_label).views
         # in a storm the cycles' own reads of the fault events come first: the background
-        # read waits until its answers are stale (plan() acts on fresh fault events alone)
+        # read starts only just in time to be back before its answers go stale (and if it
+        # is late, plan() acts on fresh fault events alone)
         kept = self.slow.answers(defer=self._storming)
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
