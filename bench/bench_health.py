@@ -114,7 +114,49 @@ def _set_scrape_interval(state: State, seconds: int) -> None:
     os.kill(prom.pid, signal.SIGHUP)
 
 
-class Service:
+class Served:
+    """A health service the benchmark reads through its /metrics (`url`)."""
+
+    url = ""
+    name = "health service"
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        with urllib.request.urlopen(self.url, timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    key, _, value = line.rpartition(" ")
+                    out[key] = float(value)
+        return out
+
+    def wait_started(self, timeout: float = 60) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def check_alive(self) -> None:
+        """Raise SystemExit if the service is gone for good (nothing to check by default)."""
+
+    def wait_steady(self, timeout: float = 180) -> None:
+        """Until it has cycled over fresh data without holding back, three times in a row."""
+        deadline, good = time.monotonic() + timeout, 0
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                m = self.metrics()
+            except OSError:
+                m = {}
+            holding = any(k.startswith("gridloop_health_holding{") and v for k, v in m.items())
+            cycles = m.get("gridloop_health_cycle_seconds_count", 0)
+            good = good + 1 if cycles and not holding else 0
+            if good >= 3:
+                return
+            time.sleep(1)
+        raise SystemExit(f"{self.name} never steady in {timeout}s")
+
+
+class Service(Served):
     """The health service as its own process, with the arguments `gridloop local up` uses."""
 
     def __init__(
@@ -133,15 +175,7 @@ class Service:
         self.log = open(state.dir / name, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.url = f"http://{flags.LOOPBACK}:{state.ports.health}/metrics"
-
-    def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        with urllib.request.urlopen(self.url, timeout=5) as resp:
-            for line in resp.read().decode().splitlines():
-                if line and not line.startswith("#"):
-                    key, _, value = line.rpartition(" ")
-                    out[key] = float(value)
-        return out
+        self.name = f"health service (see {self.log.name})"
 
     def wait_started(self, timeout: float = 60) -> None:
         """Until it serves /metrics: the service has started, nothing more."""
@@ -154,25 +188,9 @@ class Service:
                 time.sleep(0.2)
         raise SystemExit(f"health service never started in {timeout}s: see {self.log.name}")
 
-    def wait_steady(self, timeout: float = 180) -> None:
-        """Until it has cycled over fresh data without holding back, twice."""
-        deadline, good = time.monotonic() + timeout, 0
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(
-                    f"health service exited {self.proc.returncode}: see {self.log.name}"
-                )
-            try:
-                m = self.metrics()
-            except OSError:
-                m = {}
-            holding = any(k.startswith("gridloop_health_holding{") and v for k, v in m.items())
-            cycles = m.get("gridloop_health_cycle_seconds_count", 0)
-            good = good + 1 if cycles and not holding else 0
-            if good >= 3:
-                return
-            time.sleep(1)
-        raise SystemExit(f"health service never steady in {timeout}s: see {self.log.name}")
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise SystemExit(f"health service exited {self.proc.returncode}: see {self.log.name}")
 
     def peak_rss_mib(self) -> tuple[int, int]:
         return memory_mib(str(self.proc.pid))
@@ -198,7 +216,7 @@ RELEASE = "gridloop-bench"  # --in-cluster: the chart's release and namespace
 LEASE = "gridloop-health"
 
 
-class PodService:
+class PodService(Served):
     """The health service as the chart runs it (--in-cluster): its Deployment on the
     container node, gridloop's image, in-cluster config, reading Prometheus through the
     Service the chart's URL names. Scaled up for a round and down after it, so it never
@@ -209,7 +227,6 @@ class PodService:
         self.leases = client.CoordinationV1Api(api)
         self.name = f"{RELEASE}-health"
         self._scale(replicas)
-        self.url = ""
 
     def _scale(self, replicas: int) -> None:
         self.apps.patch_namespaced_deployment_scale(
@@ -226,15 +243,6 @@ class PodService:
         except client.ApiException:
             return None
         return pod if pod.status.pod_ip and pod.status.phase == "Running" else None
-
-    def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        with urllib.request.urlopen(self.url, timeout=5) as resp:
-            for line in resp.read().decode().splitlines():
-                if line and not line.startswith("#"):
-                    key, _, value = line.rpartition(" ")
-                    out[key] = float(value)
-        return out
 
     def wait_started(self, timeout: float = 120) -> None:
         """Until a replica leads and serves /metrics."""
@@ -254,22 +262,7 @@ class PodService:
 
     def wait_steady(self, timeout: float = 180) -> None:
         self.wait_started()
-        deadline, good = time.monotonic() + timeout, 0
-        while time.monotonic() < deadline:
-            try:
-                m = self.metrics()
-            except OSError:
-                m = {}
-            holding = any(k.startswith("gridloop_health_holding{") and v for k, v in m.items())
-            good = good + 1 if m.get("gridloop_health_cycle_seconds_count") and not holding else 0
-            if good >= 3:
-                return
-            time.sleep(1)
-        raise SystemExit(f"{self.name} never steady in {timeout}s")
-
-    def peak_rss_mib(self) -> tuple[int, int]:
-        m = self.metrics()
-        return int(m.get("process_resident_memory_bytes", 0)) // 2**20, 0
+        super().wait_steady(timeout)
 
     def stop(self) -> None:
         if LOGS is not None and getattr(self, "pod", None):
@@ -411,7 +404,7 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
 
 
-def _phases(service: Service | PodService) -> dict[str, tuple[float, float]]:
+def _phases(service: Served) -> dict[str, tuple[float, float]]:
     m = service.metrics()
     return {
         phase: (
@@ -427,7 +420,7 @@ def failure_round(
     api: client.ApiClient,
     prom: PrometheusConnect,
     names: list[str],
-    service: Service | PodService,
+    service: Served,
 ) -> dict[str, object]:
     began = time.monotonic()
     phases_before = _phases(service)
@@ -581,7 +574,7 @@ def engine_seconds(url: str) -> float:
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(state: State, service: Service | PodService) -> dict[str, float]:
+def cpu_seconds(state: State, service: Served) -> dict[str, float]:
     """CPU time used so far by each of the cluster's processes and the host-process service
     (/proc/PID/stat utime + stime, children not included), seconds."""
     pids = {p.name: p.pid for p in state.processes}
@@ -675,7 +668,7 @@ def run_latency(
                 out["settled_after_s"] = round(settled_after, 1)
                 print(f"cluster settled after {settled_after:.0f}s more", flush=True)
             names, pool = pool[:failing], pool[failing:]
-            service: Service | PodService
+            service: Served
             if w == "pod":
                 service = PodService(api, replicas=2)
             else:

@@ -328,10 +328,8 @@ class HealthService:
             self.metrics.leader.set(1 if leading else 0)
             if leading:
                 try:
-                    report = self.cycle()
-                    storm = any(
-                        o.applied and isinstance(o.action, Quarantine) for o in report.outcomes
-                    )
+                    self.cycle()
+                    storm = self._storming
                 except Exception as err:  # one bad cycle must not kill the service
                     self.log(f"cycle failed: {one_line(err)}")
             self.heartbeat = time.monotonic()
