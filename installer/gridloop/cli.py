@@ -33,6 +33,7 @@ COMMANDS = {
     "completion": "gridloop.chart.completion",
     "dashboards": "gridloop.dashboards.commands",
     "status": "gridloop.status.commands",
+    "models": "gridloop.models.commands",
 }
 
 
@@ -44,6 +45,11 @@ EXTRAS = {
     "grafana_foundation_sdk": "cli",
     "matplotlib": "cli",
     "cryptography": "local",
+    "boto3": "models",
+    "botocore": "models",
+    "numpy": "models",
+    "safetensors": "models",
+    "tokenizers": "models",
 }
 
 

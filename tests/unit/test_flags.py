@@ -156,6 +156,7 @@ def test_by_process_names_every_control_plane_process() -> None:
         "coredns",
         "coredns (ready)",
         "kube-network-policies",
+        "object-store",
     }
 
 

@@ -34,6 +34,7 @@ from gridloop.local import (
     kueue_installing,
     kueue_manifests,
     launching,
+    object_store,
     processes,
     recipes,
     sandbox_installing,
@@ -58,6 +59,8 @@ AGENT_SANDBOX_BINARY = launching.AGENT_SANDBOX_BINARY
 GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 # with container nodes: the local registry they pull images from, started before them
 REGISTRY = launching.REGISTRY
+# with container nodes: the object store model weights stream from, beside the registry
+OBJECT_STORE = launching.OBJECT_STORE
 # with container nodes, after them: Services (kube-proxy), cluster DNS (CoreDNS) and
 # NetworkPolicy enforcement (kube-network-policies)
 SERVICES = ("kube-proxy", "coredns", "kube-network-policies")
@@ -139,7 +142,7 @@ def up(
     # health service are the chart's pods (`gridloop install`), not processes here.
     metrics = GPU_HEALTH[:-1] if gpu_health else ()
     service = GPU_HEALTH[-1:] if gpu_health and health_service and not nodes else ()
-    real = (REGISTRY, *nodes, *SERVICES) if nodes else ()
+    real = (REGISTRY, OBJECT_STORE, *nodes, *SERVICES) if nodes else ()
     controllers = () if nodes else (*((KUEUE,) if kueue else ()), AGENT_SANDBOX)
     components = [*ORDER, *real, *metrics, *controllers, *service]
     processes.check_ports_free(ports.used_by(components))
@@ -205,7 +208,7 @@ def _start_container_nodes(
     """The registry, the images the nodes need, then each node's containerd and kubelet."""
     from gridloop.local.images import pushing
 
-    _start_all(state, binaries, say, (REGISTRY,))
+    _start_all(state, binaries, say, (REGISTRY, OBJECT_STORE))
     t0 = time.monotonic()
     pause = pushing.ensure_images(state.ports.registry, binaries)
     say(f"images: in the local registry in {time.monotonic() - t0:.1f}s")
@@ -234,6 +237,9 @@ def _start_container_nodes(
     objects = addons.dns_objects(flags.SERVICE_CIDR, first.node_ip)
     objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)
     objects += network_policy.rbac_objects()
+    objects += object_store.cluster_objects(
+        first.node_ip, state.ports.object_store, object_store.RELEASE_NAMESPACE, state.dir
+    )
     applying.server_side_apply(
         binaries["kubectl"],
         state.kubeconfig,
@@ -342,7 +348,8 @@ def _binaries(say: Say, gpu_health: bool, kueue: bool, nodes: bool) -> dict[str,
     if nodes:
         from gridloop.local.images import pushing
 
-        names += (*container.BINARIES, "registry", *pushing.BINARIES, *SERVICES)
+        names += (*container.BINARIES, "registry", object_store.BINARY, *pushing.BINARIES)
+        names += SERVICES
     needed = {r.name for r in recipes.RECIPES if set(recipes.binary_names(r)) & set(names)}
     missing = [c for c in building.missing_components() if c in needed]
     if missing:

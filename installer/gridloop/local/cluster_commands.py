@@ -13,7 +13,7 @@ from typing import Any
 
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import FleetError, dump_fleet, generate_fleet
-from gridloop.local import cluster, flags, kube, paths, processes, simulated_nodes
+from gridloop.local import cluster, flags, kube, object_store, paths, processes, simulated_nodes
 from gridloop.local.flags import DEFAULT_BASE_PORT
 from gridloop.local.state import load
 
@@ -270,6 +270,10 @@ def cmd_env(args: argparse.Namespace) -> int:
         raise UsageError(f"no local cluster in {state_dir}: run `gridloop local up` first")
     print(f"export KUBECONFIG={shlex.quote(str(state.kubeconfig))}")
     print(f'export PATH={shlex.quote(str(state_dir / "bin"))}:"$PATH"')
+    if object_store.PROCESS in state.components:
+        # S3 clients on the host (`gridloop models push`, aws, boto3) reach the store
+        for key, value in object_store.shell_env(state_dir, state.ports.object_store).items():
+            print(f"export {key}={shlex.quote(value)}")
     return 0
 
 

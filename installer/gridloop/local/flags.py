@@ -54,6 +54,7 @@ _OFFSETS = {
     "coredns": 19,  # its /health
     "coredns_ready": 20,  # its /ready: the kubernetes plugin has synced
     "netpol_metrics": 21,  # kube-network-policies' /metrics
+    "object_store": 22,  # the object store's S3 API (object_store.py)
     "apiserver": 43,
 }
 # Below the kernel's ephemeral port range (32768-60999 by default): a port in it can be
@@ -88,6 +89,7 @@ class Ports:
     coredns: int
     coredns_ready: int
     netpol_metrics: int
+    object_store: int
     apiserver: int
 
     @classmethod
@@ -121,6 +123,7 @@ class Ports:
             "coredns": "coredns",
             "coredns_ready": "coredns (ready)",
             "netpol_metrics": "kube-network-policies",
+            "object_store": "object-store",
             "apiserver": "kube-apiserver",
         }
         return {names[k]: v for k, v in asdict(self).items()}

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from gridloop.fleet import SIMULATED_LABEL, Fleet, load_fleet
-from gridloop.local import flags
+from gridloop.local import flags, object_store
 from gridloop.local.container import addons, network_policy
 from gridloop.local.container import starting as container
 from gridloop.local.flags import LOOPBACK, Ports
@@ -25,6 +25,7 @@ KUEUE = "kueue"
 AGENT_SANDBOX = "agent-sandbox"  # its controller, the process (sandbox_installing.py)
 AGENT_SANDBOX_BINARY = "agent-sandbox-controller"
 REGISTRY = "registry"  # the local image registry (images/registry.py)
+OBJECT_STORE = object_store.PROCESS  # the S3 store model weights stream from
 
 
 def kueue_token(state: State) -> Path:
@@ -117,6 +118,14 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             config = state.dir / "registry.yml"
             config.write_text(registry.config(ports.registry, registry.storage()))
             return registry.argv(binaries[name], config)
+        case object_store.PROCESS:
+            object_store.prepare(state.dir)
+            return object_store.argv(
+                binaries[object_store.BINARY],
+                ports.object_store,
+                object_store.data(state.dir),
+                every_address=_has_container_nodes(state),
+            )
     raise KeyError(name)
 
 
@@ -137,6 +146,8 @@ def env(name: str, state: State) -> dict[str, str] | None:
         fleet = load_fleet(state.dir / "fleet.yaml")
         nodes = [n.name for n in container.nodes(fleet, state.dir)]
         return network_policy.env(state.dir / "pki" / "kube-network-policies.kubeconfig", nodes)
+    if name == OBJECT_STORE:
+        return object_store.env(state.dir)
     return flags.kueue_env(kueue_certs(state)) if name == KUEUE else None
 
 
@@ -153,6 +164,7 @@ def health_url(name: str, ports: Ports) -> str:
         "kueue": f"http://{LOOPBACK}:{ports.kueue}/readyz",
         AGENT_SANDBOX: f"http://{LOOPBACK}:{ports.agent_sandbox}/readyz",
         REGISTRY: registry.health_url(ports.registry),
+        OBJECT_STORE: object_store.health_url(ports.object_store),
         "kube-proxy": f"http://{LOOPBACK}:{ports.kube_proxy}/healthz",
         "coredns": f"http://{LOOPBACK}:{ports.coredns_ready}/ready",
         network_policy.BINARY: f"http://{LOOPBACK}:{ports.netpol_metrics}"

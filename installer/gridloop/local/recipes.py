@@ -265,6 +265,13 @@ RECIPES: tuple[Recipe, ...] = (
             f"-X github.com/distribution/distribution/v3/version.version={comp.version}"
         ],
     ),
+    # the object store (object_store.py); upstream's Makefile sets main.Version (and a
+    # commit and build time, left out: a module zip has no commit)
+    Recipe(
+        component="versitygw",
+        binaries={"versitygw": "github.com/versity/versitygw/cmd/versitygw"},
+        ldflags=lambda comp: [f"-X main.Version={comp.version}"],
+    ),
     Recipe(
         component="kwok",
         binaries={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},

@@ -370,14 +370,14 @@ def stale_owner(state_dir: Path) -> Path | None:
 
 def prepare_network(fleet: Fleet, ports: flags.Ports, state_dir: Path) -> None:
     """The bridge with every node's address, and only loopback and the bridge let in to
-    the API server and Prometheus (they listen on every address once pods must reach
-    them); the cluster
+    the API server, Prometheus and the object store (they listen on every address once
+    pods must reach them); the cluster
     is recorded as the one whose container nodes run on this machine."""
     OWNER.parent.mkdir(parents=True, exist_ok=True)
     OWNER.write_text(f"{state_dir.resolve()}\n")
     kube_chains.record(sweeping.RULES_RECORD)  # before any kubelet adds its chains
     hostnet.ensure_bridge([n.node_ip for n in planned_container_nodes(fleet)], _subnet(fleet))
-    hostnet.guard_host_ports([ports.apiserver, ports.prometheus])
+    hostnet.guard_host_ports([ports.apiserver, ports.prometheus, ports.object_store])
 
 
 def network(fleet: Fleet) -> sweeping.Network:

@@ -1,0 +1,175 @@
+"""The local cluster's object store: versitygw's POSIX backend, S3 over a folder.
+
+Model weights stream from it (vLLM's Run:ai streamer in a pod) and `gridloop models push`
+uploads to it. It is real S3 software, not a mock of AWS: versitygw built from its Go
+module (recipes.py), serving the folder `<state>/object-store/data/`, one directory per
+bucket.
+
+A host process, not a pod, for the same reasons as the image registry beside it: what it
+holds outlives any pod and any chart release (a `gridloop uninstall` keeps the models),
+it needs no image, and it is to the cluster what S3 is to a cloud one: outside it,
+reached by URL. Pods reach it as they reach the local Prometheus: through a Service
+without selector, `object-store` in namespace `object-store`, whose EndpointSlice points
+at the first container node's address on the bridge; the port takes connections from
+loopback and the bridge only (hostnet.guard_host_ports).
+
+Its root user's keys are made at the first `up` (random), kept in the state directory
+(0600), handed to versitygw in its environment (never on a command line, which `ps`
+shows), and written by `up` as the Secret `models-s3` for the chart's model servers
+(`credentialsSecret`), with the in-cluster endpoint beside them.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gridloop.local.flags import LOOPBACK
+
+PROCESS = "object-store"
+BINARY = "versitygw"
+NAMESPACE = "object-store"
+SERVICE = "object-store"
+SERVICE_PORT = 9000  # the in-cluster port, as MinIO and most S3-compatible servers use
+# the namespace `gridloop install` installs into by default (chart/commands.py's
+# DEFAULT_NAMESPACE; a unit test keeps the two equal), where `up` writes the Secret
+RELEASE_NAMESPACE = "gridloop-system"
+SECRET = "models-s3"  # the Secret the local profile's models name in credentialsSecret
+BUCKETS = ("models",)
+REGION = "us-east-1"
+HEALTH_PATH = "/healthz"
+LABELS = {"app.kubernetes.io/name": "object-store", "app.kubernetes.io/part-of": "gridloop-local"}
+
+
+@dataclass(frozen=True)
+class Keys:
+    access_key: str
+    secret_key: str
+
+
+def folder(state_dir: Path) -> Path:
+    return state_dir / "object-store"
+
+
+def data(state_dir: Path) -> Path:
+    """Where the objects are: one directory per bucket."""
+    return folder(state_dir) / "data"
+
+
+def keys(state_dir: Path) -> Keys:
+    """The root user's keys, made on first use and kept (0600)."""
+    path = folder(state_dir) / "credentials.json"
+    try:
+        doc = json.loads(path.read_text())
+        return Keys(str(doc["accessKey"]), str(doc["secretKey"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    made = Keys(f"GL{secrets.token_hex(9).upper()}", secrets.token_urlsafe(30))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({"accessKey": made.access_key, "secretKey": made.secret_key}))
+    return made
+
+
+def argv(binary: Path, port: int, data_dir: Path, every_address: bool) -> list[str]:
+    """versitygw on loopback, or (container nodes: pods read it) every address behind the
+    host guard; keys come from env()."""
+    listen = "0.0.0.0" if every_address else LOOPBACK
+    return [
+        str(binary),
+        "--port",
+        f"{listen}:{port}",
+        "--region",
+        REGION,
+        "--health",
+        HEALTH_PATH,
+        "--quiet",
+        "posix",
+        str(data_dir),
+    ]
+
+
+def env(state_dir: Path) -> dict[str, str]:
+    k = keys(state_dir)
+    return {"ROOT_ACCESS_KEY_ID": k.access_key, "ROOT_SECRET_ACCESS_KEY": k.secret_key}
+
+
+def prepare(state_dir: Path) -> None:
+    """The data folder and one directory per bucket (the POSIX backend's buckets)."""
+    for bucket in BUCKETS:
+        (data(state_dir) / bucket).mkdir(parents=True, exist_ok=True)
+
+
+def host_url(port: int) -> str:
+    """The endpoint on the host (`gridloop models push`, the benchmarks)."""
+    return f"http://{LOOPBACK}:{port}"
+
+
+def cluster_url() -> str:
+    """The endpoint pods use."""
+    return f"http://{SERVICE}.{NAMESPACE}.svc.cluster.local:{SERVICE_PORT}"
+
+
+def health_url(port: int) -> str:
+    return f"{host_url(port)}{HEALTH_PATH}"
+
+
+def shell_env(state_dir: Path, port: int) -> dict[str, str]:
+    """What `gridloop local env` exports so S3 clients on the host reach the store."""
+    k = keys(state_dir)
+    return {
+        "AWS_ENDPOINT_URL": host_url(port),
+        "AWS_ACCESS_KEY_ID": k.access_key,
+        "AWS_SECRET_ACCESS_KEY": k.secret_key,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def secret_object(state_dir: Path, namespace: str) -> dict[str, Any]:
+    """The Secret a model's `credentialsSecret` names: AWS_* keys as the Run:ai streamer
+    and boto3 read them (loaded with envFrom), the endpoint not among them (it is the
+    model's `s3.endpoint`)."""
+    k = keys(state_dir)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": namespace, "labels": LABELS},
+        "type": "Opaque",
+        "stringData": {
+            "AWS_ACCESS_KEY_ID": k.access_key,
+            "AWS_SECRET_ACCESS_KEY": k.secret_key,
+            "AWS_DEFAULT_REGION": REGION,
+        },
+    }
+
+
+def cluster_objects(
+    backend: str, port: int, release_namespace: str, state_dir: Path
+) -> list[dict[str, Any]]:
+    """The namespace and selectorless Service pods reach the store by, its EndpointSlice to
+    the host process (`backend`:`port`), and the release namespace with the keys' Secret."""
+    from gridloop.local.container.addons import host_endpoint_slice
+
+    ports = [{"name": "s3", "port": SERVICE_PORT, "protocol": "TCP"}]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": NAMESPACE, "labels": LABELS},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, "namespace": NAMESPACE, "labels": LABELS},
+            "spec": {"ports": ports},
+        },
+        host_endpoint_slice(
+            NAMESPACE, SERVICE, LABELS, backend, [{"name": "s3", "port": port, "protocol": "TCP"}]
+        ),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_namespace}},
+        secret_object(state_dir, release_namespace),
+    ]
