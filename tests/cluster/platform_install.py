@@ -45,6 +45,7 @@ class Installed:
     env: dict[str, str]  # KUBECONFIG and a private helm home
     install_output: str
     sets: tuple[str, ...] = ()  # --set values every install of this release passes
+    files: tuple[Path, ...] = ()  # values files every install passes, after the fleet's
 
     @property
     def revision(self) -> int:
@@ -78,14 +79,21 @@ class Installed:
         )
 
     def install(
-        self, fleet: dict[str, Any], name: str, *sets: str
+        self,
+        fleet: dict[str, Any],
+        name: str,
+        *sets: str,
+        timeout: str = "3m",
+        files: tuple[Path, ...] | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """Install (or upgrade) the release; `files` replaces the module's values files."""
         values = self.work / name
         values.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
-        flags = [f"--set={s}" for s in (*self.sets, *sets)]
+        files = self.files if files is None else files
+        flags = [f"-f={f}" for f in files] + [f"--set={s}" for s in (*self.sets, *sets)]
         return self.gridloop(
             "install", "--chart", str(self.chart), "--profile", "local", "-f", str(values),
-            *flags, "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", "3m",
+            *flags, "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", timeout,
             "--kubeconfig", self.env["KUBECONFIG"],
         )  # fmt: skip
 
@@ -99,19 +107,24 @@ def cluster_fleet(local_cluster) -> dict[str, Any]:
 
 @contextmanager
 def installed_platform(
-    local_cluster, work: Path, sets: tuple[str, ...] = ()
+    local_cluster,
+    work: Path,
+    sets: tuple[str, ...] = (),
+    files: tuple[Path, ...] = (),
+    timeout: str = "3m",
 ) -> Iterator[Installed]:
     """The bundle built into `work` and installed with the local profile and the cluster's
-    fleet (plus `sets`); uninstalled, its kept namespaces deleted, on the way out."""
+    fleet (plus `files` and `sets`); uninstalled, its kept namespaces deleted, on the way
+    out."""
     bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=SKIPPED))
     env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
     for key in ("CACHE", "CONFIG", "DATA"):
         env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
-    setup = Installed(bundle.folder, cluster_fleet(local_cluster), work, env, "", sets)
+    setup = Installed(bundle.folder, cluster_fleet(local_cluster), work, env, "", sets, files)
     try:
-        result = setup.install(setup.fleet, "fleet-values.yaml")
+        result = setup.install(setup.fleet, "fleet-values.yaml", timeout=timeout)
         assert result.returncode == 0, result.stdout + result.stderr
-        yield Installed(setup.chart, setup.fleet, work, env, result.stdout, sets)
+        yield Installed(setup.chart, setup.fleet, work, env, result.stdout, sets, files)
     finally:
         # gridloop uninstall: Kueue's queues and flavors go while Kueue still runs
         setup.gridloop("uninstall", *setup.where())

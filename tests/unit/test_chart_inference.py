@@ -219,6 +219,29 @@ def test_a_new_revision_is_ready_before_an_old_pod_stops(
     assert spec["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
 
 
+def test_a_replaced_pod_serves_on_until_its_endpoint_is_gone(
+    render: Callable[..., list[Doc]],
+) -> None:
+    """kube-proxy drops a terminating pod's endpoint a moment after the pod is told to
+    stop: vLLM must still answer through that window (tests/cluster/
+    test_inference_served.py rolls a revision under load and counts no failure)."""
+    docs = render(A_MODEL)
+    pre_stop = vllm(docs)["lifecycle"]["preStop"]
+    grace = pod_of(docs).get("terminationGracePeriodSeconds", 30)
+
+    assert pre_stop == {"sleep": {"seconds": 10}}
+    assert grace > pre_stop["sleep"]["seconds"]
+
+
+def test_a_cpu_model_server_asks_for_no_gpu(render: Callable[..., list[Doc]]) -> None:
+    docs = render({**A_MODEL, "gpus": 0, "replicas": 1})
+    resources = vllm(docs)["resources"]
+
+    assert "nvidia.com/gpu" not in resources["requests"]
+    assert "nvidia.com/gpu" not in resources["limits"]
+    assert "--tensor-parallel-size" not in vllm(docs)["args"]
+
+
 def test_a_model_without_a_spare_gpu_may_roll_in_place(render: Callable[..., list[Doc]]) -> None:
     docs = render({**A_MODEL, "rollout": {"maxSurge": 0, "maxUnavailable": 1}})
 

@@ -85,7 +85,8 @@ Call with (list $ model index).
 {{- $ctx := index . 0 -}}
 {{- $m := index . 1 -}}
 {{- $i := index . 2 -}}
-{{- $gpus := int ($m.gpus | default 1) -}}
+{{- /* gpus (required by the schema) 0: a CPU build of vLLM, which asks for no GPU */ -}}
+{{- $gpus := int $m.gpus -}}
 {{- $resources := $m.resources | default $ctx.Values.inference.resources -}}
 metadata:
   labels:
@@ -184,6 +185,13 @@ spec:
         - name: http
           containerPort: 8000
           protocol: TCP
+      # A replaced pod stays in its Service's endpoints until kube-proxy on every node has
+      # dropped it: it serves on through that window before vLLM is told to stop (and
+      # then finishes the requests in flight), so a roll loses no request.
+      lifecycle:
+        preStop:
+          sleep:
+            seconds: 10
       startupProbe:
         httpGet:
           path: /health
@@ -200,10 +208,14 @@ spec:
       resources:
         requests:
           {{- toYaml $resources.requests | nindent 10 }}
+          {{- if gt $gpus 0 }}
           nvidia.com/gpu: {{ $gpus | quote }}
+          {{- end }}
         limits:
           {{- toYaml $resources.limits | nindent 10 }}
+          {{- if gt $gpus 0 }}
           nvidia.com/gpu: {{ $gpus | quote }}
+          {{- end }}
       securityContext:
         {{- include "gridloop.containerSecurityContext" . | nindent 8 }}
       volumeMounts:

@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "components",
         nargs="*",
         help="only these recipes (etcd, kubernetes, kubernetes-node, containerd, gvisor, ..., "
-        "or `images` for the container nodes' images); default: everything",
+        "or `images` for the container nodes' images); default: everything but the heavy "
+        "vLLM CPU image, which `vllm-cpu` builds (about 7 GiB; `make test` asks for it)",
     )
     p.set_defaults(func=cmd_build)
 
@@ -58,7 +59,9 @@ IMAGES = "images"
 def cmd_build(args: argparse.Namespace) -> int:
     printer = _BuildPrinter()
     print(f"building into {paths.cache_root()}", flush=True)
-    named = [c for c in args.components if c != IMAGES]
+    from gridloop.local.images import vllm_image
+
+    named = [c for c in args.components if c not in (IMAGES, vllm_image.NAME)]
     if named or not args.components:
         building.build(named or None, printer)
     if IMAGES in args.components or not args.components:
@@ -67,5 +70,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         print("images (buildah, FROM scratch and gridloop's Containerfile):", flush=True)
         binaries = {name: building.binary(name) for name in pushing.BINARIES}
         pushing.build_all(binaries, lambda line: print(line, flush=True))
+    if vllm_image.NAME in args.components:
+        print("the vLLM CPU image (images/vllm-cpu/Containerfile):", flush=True)
+        made = vllm_image.build()
+        state = "built" if made.fresh else "cached"
+        print(f"  ✓ {made.ref:<62} {state} in {made.seconds:.1f}s", flush=True)
     print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
     return 0

@@ -461,27 +461,38 @@ def _health_job(ports: Ports, pods: bool) -> dict[str, object]:
     return job
 
 
+def _vllm_job(
+    ports: Ports, sim: str, simulated: list[tuple[str, str]], pods: bool
+) -> dict[str, object]:
+    """vLLM's /metrics: the simulated model servers of the kwok GPU nodes (served by the
+    helper server), and with `pods` the real ones the chart runs on the container nodes."""
+    job: dict[str, object] = {
+        "job_name": VLLM_JOB,
+        "static_configs": [
+            {
+                "targets": [sim],
+                "labels": {
+                    "namespace": namespace,
+                    "pod": pod,
+                    "instance": pod,
+                    "__metrics_path__": f"/workloads/vllm/{pod}/metrics",
+                },
+            }
+            for namespace, pod in simulated
+        ],
+    }
+    if pods:
+        job["http_sd_configs"] = _discovered(ports, "vllm")
+    return job
+
+
 def _workload_jobs(ports: Ports, pods: bool = False) -> list[dict[str, object]]:
     from gridloop.sim.workloads import vllm_pods  # here: `gridloop status` reads Ports only
 
     sim = f"{LOOPBACK}:{ports.dcgm_sim}"
     return [
         _health_job(ports, pods),
-        {
-            "job_name": VLLM_JOB,
-            "static_configs": [
-                {
-                    "targets": [sim],
-                    "labels": {
-                        "namespace": namespace,
-                        "pod": pod,
-                        "instance": pod,
-                        "__metrics_path__": f"/workloads/vllm/{pod}/metrics",
-                    },
-                }
-                for namespace, pod in vllm_pods()
-            ],
-        },
+        _vllm_job(ports, sim, vllm_pods(), pods),
         {
             "job_name": SANDBOX_JOB,
             "metrics_path": "/workloads/agent-sandbox/metrics",

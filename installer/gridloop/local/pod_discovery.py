@@ -36,6 +36,9 @@ JOBS = {
         port="https", namespace="kueue-system", service="kueue-controller-manager-metrics-service"
     ),
     "health": Job(port="metrics", selector="app.kubernetes.io/component=health"),
+    # the chart's model servers (real vLLM pods on the container nodes): their Services
+    # carry gridloop.io/model, and vLLM serves /metrics on the API port
+    "vllm": Job(port="http", selector="gridloop.io/model"),
 }
 
 

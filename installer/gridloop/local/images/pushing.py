@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop.local import building, paths
-from gridloop.local.images import buildah, gridloop_image, python_images, table
+from gridloop.local.images import buildah, gridloop_image, python_images, table, vllm_image
 
 Say = Callable[[str], None]
 # what the rows are made of, from the build cache (recipes.py)
@@ -46,6 +46,9 @@ def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[
         made = python_images.build(row)
         out.append(Report(made.ref, made.ref, made.fresh, seconds=made.seconds))
         say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
+    if vllm_image.stamped():  # built on request only (`gridloop local build vllm-cpu`)
+        out.append(Report(vllm_image.ref(), vllm_image.ref(), vllm_image.needs_push()))
+        say(f"  ✓ {vllm_image.ref():<62} cached")
     return out
 
 
@@ -56,4 +59,6 @@ def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m:
     log = paths.cache_root() / "images" / "push.log"
     for report in build_all(binaries, say):
         buildah.push_named(report.local, report.ref, port, report.built, log)
+        if report.ref == vllm_image.ref():
+            vllm_image.mark_pushed()
     return table.pause_ref(pause)

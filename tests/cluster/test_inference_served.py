@@ -1,0 +1,184 @@
+"""A real model served by the chart's vLLM Deployment on the container node.
+
+`gridloop models make` writes a tiny Llama; `gridloop models push` uploads two revisions
+of it (two seeds) to the local object store (versitygw); the chart's Deployment runs
+gridloop's vLLM CPU image, which streams the weights from the store with the Run:ai
+streamer and answers the OpenAI API through the model's Service. Nothing here is
+simulated: the pod, the image, the store and the model are real (the model is small and
+its weights random, so its tokens are gibberish: the tests check that tokens come, not
+what they say).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from platform_install import NAMESPACE, installed_platform, remove_kept_namespaces
+
+from gridloop.local import object_store
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inference" / "tiny-cpu.yaml"
+MODEL = "tiny"
+# only what serving needs: the controllers the local profile turns on are other tests'
+LEAN = (
+    "health.enabled=false",
+    "kueue.enabled=false",
+    "kuberay.enabled=false",
+    "agentSandbox.enabled=false",
+)
+
+
+def store_env(local_cluster) -> dict[str, str]:
+    state = local_cluster.state
+    return {**os.environ, **object_store.shell_env(state.dir, state.ports.object_store)}
+
+
+@pytest.fixture(scope="module")
+def pushed(local_cluster, tmp_path_factory, gridloop) -> dict[str, Path]:
+    """Revisions r1 and r2 of the tiny model (seeds 1 and 2) in s3://models/tiny/."""
+    work = tmp_path_factory.mktemp("models")
+    out = {}
+    for revision, seed in (("r1", "1"), ("r2", "2")):
+        made = gridloop("models", "make", str(work / revision), "--size", "tiny", "--seed", seed)
+        assert made.returncode == 0, made.stderr
+        up = gridloop(
+            "models", "push", str(work / revision), f"s3://models/{MODEL}/{revision}/",
+            env=store_env(local_cluster),
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        out[revision] = work / revision
+    return out
+
+
+@pytest.fixture(scope="module")
+def serving(local_cluster, pushed, tmp_path_factory):
+    """The chart installed with the example's model (revision r1), its keys' Secret in
+    the release namespace first."""
+    core = local_cluster.core
+    remove_kept_namespaces(core)
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    core.create_namespaced_secret(
+        NAMESPACE, object_store.secret_object(local_cluster.state.dir, NAMESPACE)
+    )
+    work = tmp_path_factory.mktemp("inference")
+    with installed_platform(local_cluster, work, LEAN, (EXAMPLE,), timeout="10m") as installed:
+        yield installed
+
+
+def service_url(local_cluster) -> str:
+    svc = local_cluster.core.read_namespaced_service(MODEL, NAMESPACE)
+    return f"http://{svc.spec.cluster_ip}:8000"
+
+
+def post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def served_root(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+        (model,) = json.loads(response.read())["data"]
+    return str(model["root"])
+
+
+def model_pods(local_cluster) -> list:
+    pods = local_cluster.core.list_namespaced_pod(
+        NAMESPACE, label_selector=f"gridloop.io/model={MODEL}"
+    ).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def test_the_model_streams_from_the_object_store_and_answers_completions(local_cluster, serving):
+    (pod,) = model_pods(local_cluster)
+    assert pod.spec.node_name.startswith("system-"), pod.spec.node_name  # the container node
+    assert all(c.ready for c in pod.status.container_statuses)
+    log = local_cluster.core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
+    assert "Loading safetensors using Runai Model Streamer" in log, log[-3000:]
+    assert "s3://models/tiny/r1/" in log
+    url = service_url(local_cluster)
+    reply = post(f"{url}/v1/completions", {"model": MODEL, "prompt": "the model", "max_tokens": 8})
+    assert reply["usage"]["completion_tokens"] == 8, reply
+    assert reply["choices"][0]["text"], reply
+    assert served_root(url) == "s3://models/tiny/r1/"
+
+
+class Load:
+    """A client loop: `rate` completions a second through the Service, each on a new
+    connection (as a load balancer's clients come), until stopped or `limit_s` passes;
+    it records every failure."""
+
+    def __init__(self, url: str, rate: float, limit_s: float = 900.0) -> None:
+        self.url, self.rate, self.limit_s = url, rate, limit_s
+        self.sent = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=8)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _one(self) -> None:
+        body = {"model": MODEL, "prompt": "the model", "max_tokens": 1}
+        try:
+            reply = post(f"{self.url}/v1/completions", body)
+            if reply.get("usage", {}).get("completion_tokens") != 1:
+                self.failures.append(f"no token: {reply}")
+        except Exception as err:  # any failure the client would see
+            self.failures.append(f"{time.strftime('%T')} {type(err).__name__}: {err}")
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set() and time.monotonic() - start < self.limit_s:
+            self._pool.submit(self._one)
+            self.sent += 1
+            self._stop.wait(max(0.0, start + self.sent / self.rate - time.monotonic()))
+
+    def __enter__(self) -> Load:
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._pool.shutdown(wait=True)
+        self.seconds = time.monotonic() - self.started
+
+
+def revision_file(work: Path, revision: str) -> Path:
+    """The example's values with another revision."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["inference"]["models"][0]["revision"] = revision
+    path = work / f"tiny-{revision}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_a_new_revision_rolls_out_behind_the_same_endpoint_without_a_failed_request(
+    local_cluster, serving
+):
+    url = service_url(local_cluster)
+    assert served_root(url) == "s3://models/tiny/r1/"
+    with Load(url, rate=12) as load:
+        upgraded = serving.install(
+            serving.fleet, "fleet-values.yaml", timeout="10m",
+            files=(revision_file(serving.work, "r2"),),
+        )  # fmt: skip
+        assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+        time.sleep(15)  # past the old pod's preStop window, while it stops
+    assert load.failures == [], load.failures[:5]
+    assert load.sent >= 10 * load.seconds * 0.95, (load.sent, load.seconds)
+    assert {served_root(url) for _ in range(20)} == {"s3://models/tiny/r2/"}
+    (pod,) = model_pods(local_cluster)
+    assert pod.metadata.annotations["gridloop.io/model-revision"] == "r2"
