@@ -59,8 +59,10 @@ lint: setup
 	$(BIN)/mypy
 
 # every test: unit tests, those that run the built binaries, and cluster tests (the latter
-# start their own local cluster)
+# start their own local cluster). The inference tests serve a model with the heavy vLLM
+# CPU image, which only this target builds (`make demo` does not).
 test: lint build
+	$(BIN)/gridloop local build vllm-cpu
 	$(BIN)/pytest
 
 # what runs on a fresh clone with no build: not the cluster tests, nor the tests that run
