@@ -431,3 +431,13 @@ def test_the_default_image_is_the_vllm_release_versions_yaml_pins(
 
     assert values["inference"]["image"] == pinned.image_ref == f"vllm/vllm-openai:{pinned.version}"
     assert vllm(render(A_MODEL))["image"] == pinned.image_ref
+
+
+def test_the_cpu_image_refuses_a_uri_it_has_no_streamer_for(refusal: Callable[..., str]) -> None:
+    cpu = {**A_MODEL, "gpus": 0, "uri": "az://models/llama/"}
+
+    line = refusal(cpu, image="ghcr.io/gridloop/vllm-cpu:0.32.0")
+
+    assert line.startswith('Error: execution error at (gridloop/templates/inference.yaml')
+    assert 'inference.models[0].uri: "az://models/llama/" cannot be streamed' in line
+    assert "S3 backend only" in line

@@ -280,3 +280,41 @@ def test_no_kubectl_fails_with_the_line_that_says_why() -> None:
     found = check("kubectl", dataclasses.replace(HEALTHY, kubectl=None, kubectl_problem=missing))
 
     assert (found.status, found.detail) == (Status.FAIL, missing)
+
+
+WITH_MODEL = dataclasses.replace(
+    LOCAL, secrets={"models-s3": "inference.models[0].credentialsSecret"}
+)
+
+
+def test_a_models_credentials_secret_that_does_not_exist_fails_naming_the_key() -> None:
+    missing = check("secrets", dataclasses.replace(HEALTHY, secrets_found=frozenset()), WITH_MODEL)
+
+    assert missing.status is Status.FAIL
+    assert missing.detail == (
+        "inference.models[0].credentialsSecret: Secret gridloop-system/models-s3 does not exist"
+    )
+    assert "kubectl -n gridloop-system create secret generic models-s3" in missing.fix
+
+
+def test_an_existing_secret_or_none_named_passes_and_an_unreadable_one_warns() -> None:
+    present = dataclasses.replace(HEALTHY, secrets_found=frozenset({"models-s3"}))
+    unreadable = dataclasses.replace(HEALTHY, refused={"secrets": "403 Forbidden"})
+
+    assert check("secrets", present, WITH_MODEL).status is Status.PASS
+    assert check("secrets").detail == "the values name no Secret"
+    assert check("secrets", unreadable, WITH_MODEL).status is Status.WARN
+
+
+def test_the_plan_names_each_models_secret_once_by_its_first_key() -> None:
+    from gridloop.chart.planning import named_secrets
+
+    models = [
+        {"name": "a", "credentialsSecret": "s3-keys"},
+        {"name": "b"},
+        {"name": "c", "credentialsSecret": "s3-keys"},
+    ]
+    assert named_secrets({"inference": {"models": models}}) == {
+        "s3-keys": "inference.models[0].credentialsSecret"
+    }
+    assert named_secrets({"inference": {"enabled": False, "models": models}}) == {}

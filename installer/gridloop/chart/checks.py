@@ -48,6 +48,7 @@ def evaluate(observed: Observed, planned: Planned) -> list[Check]:
         clashes.free_names(observed, planned),
         release_state(observed, planned),
         namespace_state(observed, planned),
+        secrets(observed, planned),
     ]
     return checks
 
@@ -307,3 +308,26 @@ def namespace_state(observed: Observed, planned: Planned) -> Check:
     if observed.namespace_phase is None:
         return Check(name, Status.PASS, f"{planned.namespace} does not exist yet: created")
     return Check(name, Status.PASS, f"{planned.namespace} exists")
+
+
+def secrets(observed: Observed, planned: Planned) -> Check:
+    """The Secrets the values name (a model's credentialsSecret) exist: the chart never
+    holds keys, so a missing one would leave every model pod failing to start."""
+    name = "secrets"
+    if not planned.secrets:
+        return Check(name, Status.PASS, "the values name no Secret")
+    if observed.secrets_found is None:
+        return unread(name, "secrets", observed)
+    missing = [s for s in planned.secrets if s not in observed.secrets_found]
+    if missing:
+        first = missing[0]
+        return Check(
+            name,
+            Status.FAIL,
+            f"{planned.secrets[first]}: Secret {planned.namespace}/{first} does not exist",
+            f"create it before installing (kubectl -n {planned.namespace} create secret "
+            f"generic {first} --from-literal=AWS_ACCESS_KEY_ID=... "
+            "--from-literal=AWS_SECRET_ACCESS_KEY=...); the chart never holds the keys",
+            items=tuple(missing),
+        )
+    return Check(name, Status.PASS, f"{few(sorted(planned.secrets))} exist in {planned.namespace}")

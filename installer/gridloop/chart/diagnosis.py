@@ -100,6 +100,8 @@ class Observed:
     # the kubectl install would run: its version (v1.35.4), or why there is none
     kubectl: str | None = None
     kubectl_problem: str = ""
+    # of Planned.secrets, those that exist (None: not read, see refused["secrets"])
+    secrets_found: frozenset[str] | None = None
 
 
 # --- what is planned ---
@@ -133,6 +135,8 @@ class Planned:
     left_out: Mapping[str, str] = field(default_factory=dict)
     min_kubernetes: str = "v1.30.0"
     tested_kubernetes: str = "v1.35.4"
+    # Secrets the values name, in the release namespace: name -> the values key naming it
+    secrets: Mapping[str, str] = field(default_factory=dict)
 
 
 def few(items: Sequence[str]) -> str:

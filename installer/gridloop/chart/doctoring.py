@@ -71,6 +71,7 @@ def observe(
         f"/api/v1/namespaces/{planned.namespace}/secrets",
         {"labelSelector": f"owner=helm,name={planned.release}"},
     )
+    secrets_found = _secrets_found(api, planned, refused)
     try:
         kubectl, kubectl_problem = toolchain.kubectl_version(kubeconfig), ""
     except UsageError as err:
@@ -94,7 +95,25 @@ def observe(
         release=None if secrets is None else latest_release(secrets),
         namespace_phase=_namespace_phase(api, planned.namespace, refused),
         refused=refused,
+        secrets_found=secrets_found,
     )
+
+
+def _secrets_found(
+    api: client.ApiClient, planned: diagnosis.Planned, refused: dict[str, str]
+) -> frozenset[str] | None:
+    """Which of the Secrets the values name exist: one GET each (their data is not kept)."""
+    found = set()
+    for name in planned.secrets:
+        try:
+            get(api, f"/api/v1/namespaces/{planned.namespace}/secrets/{name}")
+        except ApiException as err:
+            if err.status == 404:
+                continue
+            refused["secrets"] = status_of(err)
+            return None
+        found.add(name)
+    return frozenset(found)
 
 
 def discover(

@@ -70,4 +70,19 @@ def plan(
         left_out={VALUES_KEY.get(k, k): why for k, why in (left_out or {}).items()},
         min_kubernetes=min_kubernetes(chart_meta),
         tested_kubernetes=tested_kubernetes,
+        secrets=named_secrets(values),
     )
+
+
+def named_secrets(values: Mapping[str, Any]) -> dict[str, str]:
+    """The Secrets the values name, which must exist in the release namespace before the
+    pods need them: name -> the first values key naming it."""
+    out: dict[str, str] = {}
+    inference = values.get("inference") or {}
+    if not inference.get("enabled", True):
+        return out
+    for i, model in enumerate(inference.get("models") or []):
+        name = model.get("credentialsSecret") if isinstance(model, Mapping) else None
+        if name:
+            out.setdefault(str(name), f"inference.models[{i}].credentialsSecret")
+    return out
