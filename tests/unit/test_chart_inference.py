@@ -438,6 +438,6 @@ def test_the_cpu_image_refuses_a_uri_it_has_no_streamer_for(refusal: Callable[..
 
     line = refusal(cpu, image="ghcr.io/gridloop/vllm-cpu:0.32.0")
 
-    assert line.startswith('Error: execution error at (gridloop/templates/inference.yaml')
+    assert line.startswith("Error: execution error at (gridloop/templates/inference.yaml")
     assert 'inference.models[0].uri: "az://models/llama/" cannot be streamed' in line
     assert "S3 backend only" in line
