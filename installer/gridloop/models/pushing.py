@@ -52,7 +52,8 @@ def client(endpoint: str | None):  # type: ignore[no-untyped-def]
     from botocore.config import Config
 
     config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3})
-    return boto3.client("s3", endpoint_url=endpoint, config=config)
+    # a session of its own: boto3's default one keeps the first keys it read for good
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, config=config)
 
 
 def push(folder: Path, uri: S3Uri, endpoint: str | None, concurrency: int = 8) -> Pushed:
