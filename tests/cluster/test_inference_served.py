@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from platform_install import NAMESPACE, installed_platform, remove_kept_namespaces
+from platform_install import NAMESPACE, RELEASE, installed_platform, remove_kept_namespaces
 
 from gridloop.local import object_store
 
@@ -182,3 +182,38 @@ def test_a_new_revision_rolls_out_behind_the_same_endpoint_without_a_failed_requ
     assert {served_root(url) for _ in range(20)} == {"s3://models/tiny/r2/"}
     (pod,) = model_pods(local_cluster)
     assert pod.metadata.annotations["gridloop.io/model-revision"] == "r2"
+
+
+def test_a_revision_whose_weights_are_missing_never_takes_traffic_and_rolls_back(
+    local_cluster, serving
+):
+    url = service_url(local_cluster)
+    before = served_root(url)
+    with Load(url, rate=5) as load:
+        stuck = serving.install(
+            serving.fleet, "fleet-values.yaml", timeout="90s",
+            files=(revision_file(serving.work, "r-missing"),),
+        )  # fmt: skip
+        assert stuck.returncode != 0, stuck.stdout
+        pods = model_pods(local_cluster)
+        broken = [
+            p for p in pods if p.metadata.annotations["gridloop.io/model-revision"] == "r-missing"
+        ]
+        assert broken and not any(
+            c.ready for p in broken for c in p.status.container_statuses or []
+        )
+        assert served_root(url) == before
+        events = local_cluster.core.list_namespaced_event(
+            NAMESPACE, field_selector=f"involvedObject.name={broken[0].metadata.name}"
+        ).items
+        assert {e.reason for e in events} & {"BackOff", "Unhealthy"}, [e.reason for e in events]
+        rolled = serving.helm(
+            "rollback", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "5m"
+        )
+        assert rolled.returncode == 0, rolled.stderr
+    assert load.failures == [], load.failures[:5]
+    assert served_root(url) == before
+    revisions = {
+        p.metadata.annotations["gridloop.io/model-revision"] for p in model_pods(local_cluster)
+    }
+    assert revisions == {before.rstrip("/").rsplit("/", 1)[1]}

@@ -233,6 +233,12 @@ def test_a_replaced_pod_serves_on_until_its_endpoint_is_gone(
     assert grace > pre_stop["sleep"]["seconds"]
 
 
+def test_a_server_that_exits_leaves_its_log_tail_as_the_reason(
+    render: Callable[..., list[Doc]],
+) -> None:
+    assert vllm(render(A_MODEL))["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
 def test_a_cpu_model_server_asks_for_no_gpu(render: Callable[..., list[Doc]]) -> None:
     docs = render({**A_MODEL, "gpus": 0, "replicas": 1})
     resources = vllm(docs)["resources"]

@@ -114,6 +114,10 @@ spec:
     - name: vllm
       image: {{ include "gridloop.image" (list $ctx ($m.image | default $ctx.Values.inference.image)) | quote }}
       imagePullPolicy: IfNotPresent
+      # A server that exits (weights it cannot read, keys refused) leaves the tail of its
+      # log as the container's termination message, so `kubectl describe` and
+      # `gridloop status` say why a new revision is stuck.
+      terminationMessagePolicy: FallbackToLogsOnError
       command: ["vllm", "serve"]
       args:
         - {{ include "gridloop.modelWeights" (list $m $i) | quote }}

@@ -45,6 +45,21 @@ def command() -> list[str]:
     ]
 
 
+def bud(context: Path, ref: str, base: str, log: Path, what: str) -> None:
+    """`buildah bud` of the Containerfile in `context` as `ref` on `base`, with no network.
+
+    RUN steps run under the cache's runc (Debian's, as the container nodes use), not
+    buildah's default crun: crun 1.8 refuses a host with cgroup v1 hierarchies beside a
+    cgroup2 mount that has a controller ("cgroups in hybrid mode not supported"), which
+    some of these machines have (/sys/fs/cgroup/unified with hugetlb); runc runs there."""
+    from gridloop.local import building
+
+    runc = building.binary("runc")
+    cmd = [*command(), "bud", "--isolation=oci", f"--runtime={runc}", "--network=none"]
+    cmd += ["--format=oci", "--layers=false", f"--build-arg=BASE={base}", "-t", ref, str(context)]
+    run_logged(cmd, log, what)
+
+
 def _slug(image: Image) -> str:
     return image.ref.replace("/", "_").replace(":", "_")
 

@@ -156,9 +156,7 @@ def build() -> Built:
         shutil.rmtree(context, ignore_errors=True)
         return Built(ref, False, time.monotonic() - t0)
     stamp.unlink(missing_ok=True)
-    bud = ["bud", "--isolation=oci", "--network=none", "--format=oci", "--layers=false"]
-    bud += [f"--build-arg=BASE={base}", "-t", ref, str(context)]
-    buildah.run_logged([*buildah.command(), *bud], log, what)
+    buildah.bud(context, ref, base, log, what)
     shutil.rmtree(context, ignore_errors=True)
     stamp.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
     return Built(ref, True, time.monotonic() - t0)

@@ -106,9 +106,7 @@ def build(image: PythonImage) -> gridloop_image.Built:
     pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
     pip += ["--only-binary=:all:", "--dest", str(wheels), "-r", str(context / image.requirements)]
     buildah.run_logged(pip, log, f"{what}: downloading upstream's pinned requirements")
-    bud = ["bud", "--isolation=oci", "--network=none", "--format=oci", "--layers=false"]
-    bud += [f"--build-arg=BASE={base}", "-t", image.ref, str(context)]
-    buildah.run_logged([*buildah.command(), *bud], log, what)
+    buildah.bud(context, image.ref, base, log, what)
     shutil.rmtree(context, ignore_errors=True)
     stamp.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
     return gridloop_image.Built(image.ref, True, time.monotonic() - t0)

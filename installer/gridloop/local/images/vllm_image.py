@@ -103,9 +103,7 @@ def build() -> gridloop_image.Built:
     pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
     pip += ["--only-binary=:all:", "--dest", str(wheels), "-r", str(context / "requirements.txt")]
     buildah.run_logged(pip, log, f"{what}: downloading the locked wheels")
-    bud = ["bud", "--isolation=oci", "--network=none", "--format=oci", "--layers=false"]
-    bud += [f"--build-arg=BASE={base}", "-t", image, str(context)]
-    buildah.run_logged([*buildah.command(), *bud], log, what)
+    buildah.bud(context, image, base, log, what)
     shutil.rmtree(context, ignore_errors=True)
     _stamp().write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
     return gridloop_image.Built(image, True, time.monotonic() - t0)
