@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 import urllib.request
@@ -21,7 +22,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from platform_install import NAMESPACE, RELEASE, installed_platform, remove_kept_namespaces
+from platform_install import (
+    GRIDLOOP,
+    NAMESPACE,
+    RELEASE,
+    installed_platform,
+    remove_kept_namespaces,
+)
 
 from gridloop.local import object_store
 
@@ -38,20 +45,26 @@ LEAN = (
 )
 
 
+def run_gridloop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([GRIDLOOP, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
 def store_env(local_cluster) -> dict[str, str]:
     state = local_cluster.state
     return {**os.environ, **object_store.shell_env(state.dir, state.ports.object_store)}
 
 
 @pytest.fixture(scope="module")
-def pushed(local_cluster, tmp_path_factory, gridloop) -> dict[str, Path]:
+def pushed(local_cluster, tmp_path_factory) -> dict[str, Path]:
     """Revisions r1 and r2 of the tiny model (seeds 1 and 2) in s3://models/tiny/."""
     work = tmp_path_factory.mktemp("models")
     out = {}
     for revision, seed in (("r1", "1"), ("r2", "2")):
-        made = gridloop("models", "make", str(work / revision), "--size", "tiny", "--seed", seed)
+        made = run_gridloop(
+            "models", "make", str(work / revision), "--size", "tiny", "--seed", seed
+        )
         assert made.returncode == 0, made.stderr
-        up = gridloop(
+        up = run_gridloop(
             "models", "push", str(work / revision), f"s3://models/{MODEL}/{revision}/",
             env=store_env(local_cluster),
         )  # fmt: skip

@@ -327,6 +327,13 @@ RECIPES: tuple[Recipe, ...] = (
             f"-X github.com/aquasecurity/trivy/pkg/version/app.ver={comp.version.lstrip('v')}"
         ],
     ),
+    # for the vLLM CPU image (images/vllm_image.py): vLLM's CPU ops link libnuma
+    Recipe(
+        component="libnuma",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={"libnuma.so.1": "usr/lib/x86_64-linux-gnu/libnuma.so.1"},
+    ),
     Recipe(
         component="prometheus",
         binaries={},

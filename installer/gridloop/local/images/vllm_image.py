@@ -21,10 +21,12 @@ import time
 from pathlib import Path
 
 from gridloop import versions
+from gridloop.local import building
 from gridloop.local.images import buildah, gridloop_image
 
 NAME = "vllm-cpu"  # images/<NAME>/ and the build's name on the command line
 OWN_FILES = ("Containerfile", "vllm", "requirements.txt")
+LIBNUMA = "libnuma.so.1"  # Debian's (recipes.py): vLLM's CPU ops link it
 
 
 def ref() -> str:
@@ -77,6 +79,7 @@ def _fingerprint(root: Path, base_id: str) -> str:
     sha = gridloop_image.sha256
     parts = [ref(), base_id]
     parts += [f"{n}={sha(root / 'images' / NAME / n)}" for n in OWN_FILES]
+    parts.append(f"{LIBNUMA}={sha(building.binary(LIBNUMA))}")
     return "|".join(parts)
 
 
@@ -97,6 +100,7 @@ def build() -> gridloop_image.Built:
     wheels.mkdir(parents=True)
     for name in OWN_FILES:
         shutil.copy2(root / "images" / NAME / name, context / name)
+    shutil.copy2(building.binary(LIBNUMA), context / LIBNUMA)
     log = cache / f"{NAME}.log"
     log.write_text(f"gridloop local build: {image}\n")
     what = f"building image {image}"
