@@ -77,6 +77,7 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "kube-scheduler",
         "kwok",
         "registry",
+        "object-store",
         "containerd/system-000",
         "kubelet/system-000",
         "kube-proxy",
@@ -102,6 +103,30 @@ def test_env_lets_kubectl_and_helm_reach_the_cluster(local_cluster, gridloop):
     ).stdout.split("\n")
     assert out[0].strip() == "25"  # the 24 simulated GPU nodes and the container node
     assert json.loads(out[1]) == []
+
+
+def test_env_gives_s3_clients_the_object_stores_endpoint_and_keys(local_cluster, gridloop):
+    import boto3
+
+    result = gridloop("local", "env", "--state-dir", str(local_cluster.state.dir))
+    exported = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith("export AWS_")
+    )
+    assert exported["AWS_ENDPOINT_URL"] == (
+        f"http://127.0.0.1:{local_cluster.state.ports.object_store}"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    script = f'eval "$({gridloop_path()} local env --state-dir {local_cluster.state.dir})"; env'
+    shell = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    keys = dict(line.split("=", 1) for line in shell.stdout.splitlines() if line.startswith("AWS_"))
+    s3 = boto3.session.Session(
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+        region_name=keys["AWS_DEFAULT_REGION"],
+    ).client("s3", endpoint_url=keys["AWS_ENDPOINT_URL"])
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["models"]
 
 
 def gridloop_path() -> str:
