@@ -3,8 +3,8 @@
 The vLLM pods of `inference.models`, rendered by the real helm binary from charts/gridloop
 (profiles/minimal.yaml plus each test's model): the user they run as, the paths vLLM
 writes, the rollout, the tolerations, where the weights come from and the pinned image.
-No model is served on this machine: that the rollout keeps the endpoint up is proven on
-a cluster with GPUs, not here; these tests pin what the chart asks Kubernetes for.
+These pin what the chart asks Kubernetes for; tests/cluster/test_inference_served.py
+serves a model with it on the local cluster's CPU node and rolls revisions under load.
 """
 
 from __future__ import annotations
