@@ -106,6 +106,19 @@ class Prom:
         return len(self.get("/api/v1/query", query=expr)["result"])
 
 
+def _gpu_quota(api: client.ApiClient, queue: str) -> int:
+    spec = client.CustomObjectsApi(api).get_cluster_custom_object(
+        GROUP, VERSION, "clusterqueues", queue
+    )["spec"]
+    return sum(
+        int(r["nominalQuota"])
+        for g in spec["resourceGroups"]
+        for f in g["flavors"]
+        for r in f["resources"]
+        if r["name"] == "nvidia.com/gpu"
+    )
+
+
 def _reload(local_cluster: Any) -> None:
     [proc] = [p for p in local_cluster.state.processes if p.name == "prometheus"]
     os.kill(proc.pid, signal.SIGHUP)
@@ -254,11 +267,30 @@ def run_scenario(local_cluster, namespace: str, sim, wait) -> Record:
             "the four A100 nodes quarantined",
             60,
         )
+        # the quota goes to zero after the taints, in the same cycle: a Job submitted
+        # between the two would be admitted against the old quota and never pend
+        wait(
+            lambda: _gpu_quota(api, starved) == 0,
+            f"{starved}'s GPU quota lowered to zero",
+            60,
+        )
         batch.create_namespaced_job(namespace, gpu_job("starved-0", "a100-only", 8))
+        # the alert's two sides, one at a time, so a timeout names the one missing
+        on_queue = f'cluster_queue="{starved}"'
+        wait(
+            lambda: prom.count(f"sum(kueue_pending_workloads{{{on_queue}}}) > 0"),
+            f"Kueue's pending workload on {starved} in Prometheus",
+            120,
+        )
+        wait(
+            lambda: prom.count(f'gridloop_health_quota_gpus{{{on_queue},kind="nominal"}} == 0'),
+            f"the health service's zero quota on {starved} in Prometheus",
+            60,
+        )
         wait(
             lambda: "GridloopQueuePendingWithoutHealthyGpus" in prom.firing(),
             f"{starved} alert",
-            90,
+            60,
         )
         record.fired |= prom.firing()
         # the breaker: a fifth node breaks with four out already
