@@ -77,6 +77,20 @@ SAMPLE = Snapshot(
             load_format="runai_streamer",
             revision="r7",
             gpus=2,
+            serving=("r7", "r6"),
+        ),
+        Model(
+            namespace="inference",
+            name="tiny",
+            kind="Deployment",
+            replicas=1,
+            ready=1,
+            endpoint="http://tiny.inference.svc:8000/v1",
+            load_format="runai_streamer",
+            revision="r3",
+            serving=("r2",),
+            stuck="no weights at s3://models/tiny/r3/: the server found no model files there"
+            " (CrashLoopBackOff, 4 restarts)",
         ),
     ),
     sandboxes=(

@@ -346,3 +346,14 @@ def test_a_queue_row_names_its_last_rebalance():
     )
     [row] = views.queues(Snapshot(taken_at=NOW + 90, queues=(q,), events=events)).rows
     assert row.cells[-1] == "90s ago: f: 8"
+
+
+def test_the_inference_view_says_which_revision_serves_and_why_the_new_one_is_stuck():
+    from status_sample import SAMPLE
+
+    rows = {r.key: r for r in views.inference(SAMPLE).rows}
+    rolling, stuck = rows["inference/llama-3-8b"], rows["inference/tiny"]
+    assert rolling.cells[-3:] == ("r7", "r7,r6", "rolling to r7")
+    assert stuck.cells[-3:-1] == ("r3", "r2")
+    assert stuck.cells[-1].startswith("r3 stuck: no weights at s3://models/tiny/r3/")
+    assert stuck.alert, "a stuck revision needs attention even with every replica ready"

@@ -1,7 +1,9 @@
 """Wait until the release's workloads are ready, or webhooks' Services serve, with progress.
 
 Reads only (Deployments, DaemonSets, StatefulSets, EndpointSlices), polled every
-POLL seconds until a deadline. On a terminal the wait shows a progress bar
+POLL seconds until a deadline; at the deadline a model's Deployment that is not ready
+gets a Warning Event saying which revision serves and why the new one is stuck
+(models/watching.py), and the error says the same. On a terminal the wait shows a progress bar
 (rich.progress: already installed as Textual's renderer, it redraws one line and
 stays silent when the output is not a terminal); elsewhere it prints nothing until
 it ends. The rules of readiness are in readiness.py.
@@ -22,6 +24,7 @@ from gridloop.chart import readiness
 from gridloop.chart.connecting import get
 from gridloop.chart.exits import NotReady
 from gridloop.chart.objects import Ref
+from gridloop.models import watching
 
 POLL = 1.0  # seconds between reads
 PLURAL = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
@@ -65,8 +68,31 @@ def workloads(api: client.ApiClient, refs: Sequence[Ref], timeout: float) -> Non
             if not any(states.values()):
                 return
             if time.monotonic() >= deadline:
-                raise NotReady(f"not ready after {timeout:.0f}s: {readiness.not_ready(states)}")
+                said = "".join(f"\n  {m}" for m in _stuck_models(api, states))
+                raise NotReady(
+                    f"not ready after {timeout:.0f}s: {readiness.not_ready(states)}{said}"
+                )
             time.sleep(POLL)
+
+
+def _stuck_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
+    """For each model Deployment not ready: which revision serves and why the new one is
+    stuck, also written as an Event on the Deployment."""
+    said = []
+    for ref, why in states.items():
+        if not why or ref.kind != "Deployment":
+            continue
+        found = _read(api, ref)
+        if found is None or not watching.is_model(found):
+            continue
+        rollout = watching.read(api, found)
+        if rollout.done:
+            continue
+        try:
+            said.append(watching.record(api, found, rollout))
+        except ApiException as err:  # the reason still reaches the user, without the Event
+            said.append(f"model {rollout.model}: {rollout.summary()} (no Event: {err.reason})")
+    return said
 
 
 def services(api: client.ApiClient, services: Sequence[tuple[str, str]], timeout: float) -> None:

@@ -18,7 +18,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,6 +33,7 @@ from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.signals import HOST_KEYS, PRESENCE
 from gridloop.health.status import NAME as STATUS_CONFIGMAP
+from gridloop.models import rollouts, watching
 from gridloop.status.snapshot import (
     CLAIMED,
     OTHER,
@@ -182,7 +183,9 @@ def queue_row(obj: dict[str, Any], local_queues: tuple[str, ...] = ()) -> Queue:
 _LOAD_FORMAT = re.compile(r"--load-format[= ](\S+)")
 
 
-def model_row(obj: dict[str, Any], port: int = 8000) -> Model | None:
+def model_row(
+    obj: dict[str, Any], rollout: rollouts.Rollout | None = None, port: int = 8000
+) -> Model | None:
     meta, spec = obj["metadata"], obj.get("spec") or {}
     template = spec.get("template") or {}
     tmeta = template.get("metadata") or {}
@@ -204,6 +207,8 @@ def model_row(obj: dict[str, Any], port: int = 8000) -> Model | None:
         load_format=fmt.group(1) if fmt else "auto",
         revision=(tmeta.get("annotations") or {}).get("gridloop.io/model-revision", ""),
         gpus=gpus * int(spec.get("replicas", 1)),
+        serving=tuple(r.name for r in rollout.serving) if rollout else (),
+        stuck=rollout.stuck if rollout else "",
     )
 
 
@@ -694,7 +699,26 @@ class Collector:
             _preload_content=False,
             _request_timeout=TIMEOUT,
         )
-        rows = (model_row(d) for d in json.loads(raw.data)["items"])
+        deployments = [d for d in json.loads(raw.data)["items"] if watching.is_model(d)]
+        if not deployments:
+            return ()
+
+        def by_namespace(listed: Callable[..., Any]) -> dict[str, list[Any]]:
+            answer = listed(
+                label_selector=rollouts.MODEL, _preload_content=False, _request_timeout=TIMEOUT
+            )
+            out: dict[str, list[Any]] = {}
+            for item in json.loads(answer.data)["items"]:
+                out.setdefault(item["metadata"].get("namespace", ""), []).append(item)
+            return out
+
+        replica_sets = by_namespace(self.apps.list_replica_set_for_all_namespaces)
+        pods = by_namespace(self.core.list_pod_for_all_namespaces)
+        rows = (
+            model_row(d, rollouts.rollout(d, replica_sets.get(ns, []), pods.get(ns, [])))
+            for d in deployments
+            for ns in [d["metadata"].get("namespace", "")]
+        )
         return tuple(sorted((m for m in rows if m), key=lambda m: (m.namespace, m.name)))
 
     def _sandboxes(self) -> tuple[Sandbox, ...]:
@@ -750,13 +774,16 @@ class Collector:
         return sandbox_pod_rows(pods, templates, claims, sandboxes)
 
     def _events(self) -> tuple[Event, ...]:
-        raw = self.core.list_event_for_all_namespaces(
-            field_selector=f"source={MANAGER}",
-            _preload_content=False,
-            _request_timeout=TIMEOUT,
-        )
+        items = []
+        for source in (MANAGER, watching.SOURCE):  # the health service's, the installer's
+            raw = self.core.list_event_for_all_namespaces(
+                field_selector=f"source={source}",
+                _preload_content=False,
+                _request_timeout=TIMEOUT,
+            )
+            items += json.loads(raw.data)["items"]
         rows = sorted(
-            (event_row(e) for e in json.loads(raw.data)["items"]),
+            (event_row(e) for e in items),
             key=lambda e: e.time,
             reverse=True,
         )

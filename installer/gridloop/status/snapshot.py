@@ -80,8 +80,10 @@ class Model:
     ready: int
     endpoint: str
     load_format: str
-    revision: str
+    revision: str  # the revision the Deployment runs or rolls to
     gpus: int = 0
+    serving: tuple[str, ...] = ()  # revisions with ready pods, newest first
+    stuck: str = ""  # why the new revision is not ready and will not be (models/rollouts.py)
 
 
 @dataclass(frozen=True)

@@ -214,10 +214,14 @@ def inference(snapshot: Snapshot) -> Table:
         Column("ENDPOINT"),
         Column("LOAD FORMAT"),
         Column("REVISION"),
+        Column("SERVING"),
+        Column("WHY"),
     )
     rows = []
     for m in snapshot.models:
         ready = f"{m.ready}/{m.replicas}"
+        rolling = m.serving and m.serving != (m.revision,)
+        why = m.stuck and f"{m.revision} stuck: {m.stuck}"
         cells = (
             m.namespace,
             m.name,
@@ -227,9 +231,12 @@ def inference(snapshot: Snapshot) -> Table:
             m.endpoint,
             m.load_format,
             m.revision or "-",
+            ",".join(m.serving) or "-",
+            why or (f"rolling to {m.revision}" if rolling else ""),
         )
         keys = (m.namespace, m.name, m.kind, (m.ready, m.replicas), m.gpus, *cells[5:])
-        rows.append(Row(f"{m.namespace}/{m.name}", cells, keys, alert=m.ready < m.replicas))
+        alert = m.ready < m.replicas or bool(m.stuck)
+        rows.append(Row(f"{m.namespace}/{m.name}", cells, keys, alert=alert))
     return Table("inference", columns, tuple(rows), "no models (values: inference.models)")
 
 
