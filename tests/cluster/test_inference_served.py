@@ -197,29 +197,46 @@ def test_a_new_revision_rolls_out_behind_the_same_endpoint_without_a_failed_requ
     assert pod.metadata.annotations["gridloop.io/model-revision"] == "r2"
 
 
-def test_a_revision_whose_weights_are_missing_never_takes_traffic_and_rolls_back(
-    local_cluster, serving
-):
+def inference_status(local_cluster) -> dict:
+    shown = run_gridloop(
+        "status", "--kubeconfig", str(local_cluster.state.kubeconfig), "--view", "inference",
+        "--output", "json",
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    (model,) = [m for m in json.loads(shown.stdout)["models"] if m["namespace"] == NAMESPACE]
+    return dict(model)
+
+
+def revision_events(local_cluster) -> list[str]:
+    """The messages of gridloop's RevisionNotReady Events on the model's Deployment."""
+    events = local_cluster.core.list_namespaced_event(
+        NAMESPACE, field_selector=f"involvedObject.name={MODEL},reason=RevisionNotReady"
+    ).items
+    return [e.message for e in events if e.involved_object.kind == "Deployment"]
+
+
+def assert_stuck_then_rolled_back(local_cluster, serving, values: Path, reason: str) -> None:
+    """Install `values`: the new revision never takes traffic while the old one serves,
+    the install's error, status and an Event name `reason`; helm rollback restores it."""
     url = service_url(local_cluster)
     before = served_root(url)
+    old = before.rstrip("/").rsplit("/", 1)[1]
     with Load(url, rate=5) as load:
-        stuck = serving.install(
-            serving.fleet, "fleet-values.yaml", timeout="90s",
-            files=(revision_file(serving.work, "r-missing"),),
-        )  # fmt: skip
-        assert stuck.returncode != 0, stuck.stdout
-        pods = model_pods(local_cluster)
-        broken = [
-            p for p in pods if p.metadata.annotations["gridloop.io/model-revision"] == "r-missing"
-        ]
-        assert broken and not any(
-            c.ready for p in broken for c in p.status.container_statuses or []
-        )
+        # long enough for the new server to start, fail and be restarted once (~1 min)
+        stuck = serving.install(serving.fleet, "fleet-values.yaml", timeout="150s", files=(values,))
+        assert stuck.returncode == 4, stuck.stdout + stuck.stderr  # NotReady
+        said = f"model {MODEL}: {old} (1/1 ready) serves; "
+        assert said in stuck.stderr and reason in stuck.stderr, stuck.stderr
+        ready = {p.metadata.name: any(c.ready for c in p.status.container_statuses or [])
+                 for p in model_pods(local_cluster)}  # fmt: skip
+        assert sorted(ready.values()) == [False, True], ready  # the new pod, the old one
         assert served_root(url) == before
-        events = local_cluster.core.list_namespaced_event(
-            NAMESPACE, field_selector=f"involvedObject.name={broken[0].metadata.name}"
-        ).items
-        assert {e.reason for e in events} & {"BackOff", "Unhealthy"}, [e.reason for e in events]
+        assert any(said in m and reason in m for m in revision_events(local_cluster)), (
+            revision_events(local_cluster)
+        )
+        shown = inference_status(local_cluster)
+        assert shown["serving"] == [old], shown
+        assert reason in shown["stuck"], shown
         rolled = serving.helm(
             "rollback", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "5m"
         )
@@ -229,4 +246,31 @@ def test_a_revision_whose_weights_are_missing_never_takes_traffic_and_rolls_back
     revisions = {
         p.metadata.annotations["gridloop.io/model-revision"] for p in model_pods(local_cluster)
     }
-    assert revisions == {before.rstrip("/").rsplit("/", 1)[1]}
+    assert revisions == {old}
+    assert inference_status(local_cluster)["stuck"] == ""
+
+
+def test_a_revision_whose_weights_are_missing_never_takes_traffic_and_rolls_back(
+    local_cluster, serving
+):
+    assert_stuck_then_rolled_back(
+        local_cluster,
+        serving,
+        revision_file(serving.work, "r-missing"),
+        "no weights at s3://models/tiny/r-missing/",
+    )
+
+
+def test_keys_the_object_store_refuses_never_take_traffic_and_roll_back(local_cluster, serving):
+    wrong = object_store.secret_object(local_cluster.state.dir, NAMESPACE)
+    wrong["metadata"]["name"] = "models-s3-wrong"
+    wrong["stringData"]["AWS_SECRET_ACCESS_KEY"] = "not-the-key"
+    local_cluster.core.create_namespaced_secret(NAMESPACE, wrong)
+    serves = served_root(service_url(local_cluster)).rstrip("/").rsplit("/", 1)[1]
+    doc = yaml.safe_load(revision_file(serving.work, serves).read_text())
+    doc["inference"]["models"][0]["credentialsSecret"] = "models-s3-wrong"
+    values = serving.work / "tiny-wrong-keys.yaml"
+    values.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert_stuck_then_rolled_back(
+        local_cluster, serving, values, "the object store refused the keys for s3://models/tiny/"
+    )
