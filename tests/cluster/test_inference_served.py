@@ -30,9 +30,15 @@ from platform_install import (
     remove_kept_namespaces,
 )
 
+from gridloop.dashboards.catalog import dashboard
+from gridloop.dashboards.queries import expand, targets
+from gridloop.health.reading import connect
 from gridloop.local import object_store
+from gridloop.local.flags import LOOPBACK, SCRAPE_INTERVAL
 
 pytestmark = pytest.mark.cluster
+
+SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inference" / "tiny-cpu.yaml"
 MODEL = "tiny"
@@ -167,6 +173,27 @@ class Load:
         self._thread.join()
         self._pool.shutdown(wait=True)
         self.seconds = time.monotonic() - self.started
+
+
+def test_the_inference_dashboards_vllm_panels_show_the_real_servers_series(local_cluster, serving):
+    """Every vLLM query of the Inference dashboard, narrowed to this release's namespace
+    and model, returns a series from the real server under load (the dashboard's
+    Replicas and Cold start panels read kube-state-metrics, simulated here: not checked)."""
+    prom = connect(f"http://{LOOPBACK}:{local_cluster.state.ports.prometheus}")
+    chosen = {"namespace": NAMESPACE, "model": MODEL}
+    vllm = [t for t in targets("inference", dashboard("inference")) if "vllm:" in t.expr]
+    assert len(vllm) >= 10, [t.where for t in vllm]
+    empty: list[str] = []
+    with Load(service_url(local_cluster), rate=5):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(SCRAPE_S)
+            empty = [
+                t.where for t in vllm if not prom.custom_query(expand(t.expr, chosen, window="1m"))
+            ]
+            if not empty:
+                break
+    assert empty == [], empty
 
 
 def revision_file(work: Path, revision: str) -> Path:
