@@ -133,6 +133,20 @@ def test_a_missing_secret_and_a_pull_failure_say_the_kubelets_words():
         )
 
 
+def test_a_server_running_again_after_a_crash_is_still_stuck_and_oom_is_named():
+    again = crashing(NO_FILES, restarts=2)
+    again["containerStatuses"][0]["state"] = {"running": {}}
+    assert rollouts.pod_reason(pod("r2", **again), "s3://m/r2/") == (
+        "no weights at s3://m/r2/: the server found no model files there (started again,"
+        " 2 restarts)"
+    )
+    oom = crashing("", restarts=1)
+    oom["containerStatuses"][0]["lastState"]["terminated"].update(reason="OOMKilled", exitCode=137)
+    assert rollouts.pod_reason(pod("r2", **oom), "s3://m/r2/").startswith(
+        "killed at its memory limit (OOMKilled)"
+    )
+
+
 def test_a_pod_still_loading_is_starting_not_stuck():
     running = {"containerStatuses": [{"state": {"running": {}}, "restartCount": 0}]}
     r = rollouts.rollout(

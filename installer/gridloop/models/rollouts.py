@@ -145,20 +145,29 @@ def explain(message: str, where: str) -> str:
 
 
 def pod_reason(pod: Mapping[str, Any], where: str) -> str:
-    """Why one pod of a revision will not become ready, "" when nothing says it will not."""
+    """Why one pod of a revision will not become ready, "" when nothing says it will not.
+
+    A server that has crashed and is running again (CrashLoopBackOff alternates with
+    Running) is stuck all the same: its last crash says why."""
     status = pod.get("status") or {}
     for c in status.get("containerStatuses") or []:
         waiting = (c.get("state") or {}).get("waiting") or {}
-        last = (c.get("lastState") or {}).get("terminated") or {}
         now = (c.get("state") or {}).get("terminated") or {}
-        crashed = now if now.get("exitCode") else last
+        last = (c.get("lastState") or {}).get("terminated") or {}
+        crashed = now if now.get("exitCode") else last if last.get("exitCode") else {}
+        reason = waiting.get("reason")
         restarts = int(c.get("restartCount") or 0)
-        if waiting.get("reason") in _STUCK_WAITING or (now and now.get("exitCode")):
-            if crashed and waiting.get("reason") in (None, "CrashLoopBackOff"):
+        if reason in _STUCK_WAITING and reason != "CrashLoopBackOff":
+            return f"{reason}: {waiting.get('message') or 'no message'}"
+        if crashed:
+            if crashed.get("reason") == "OOMKilled":
+                why = "killed at its memory limit (OOMKilled): raise resources.limits.memory"
+            else:
                 why = explain(str(crashed.get("message") or ""), where)
-                said = waiting.get("reason") or f"exit code {crashed.get('exitCode')}"
-                return f"{why} ({said}, {restarts} restarts)"
-            return f"{waiting.get('reason')}: {waiting.get('message') or 'no message'}"
+            said = reason or (f"exit code {crashed.get('exitCode')}" if now else "started again")
+            return f"{why} ({said}, {restarts} restarts)"
+        if reason:
+            return f"{reason}: {waiting.get('message') or 'no message'}"
     for cond in status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return f"not scheduled: {cond.get('message') or cond.get('reason')}"
