@@ -60,10 +60,11 @@ lint: setup
 
 # every test: unit tests, those that run the built binaries, and cluster tests (the latter
 # start their own local cluster). The inference tests serve a model with the heavy vLLM
-# CPU image, which only this target builds (`make demo` does not).
-test: lint build
-	$(BIN)/gridloop local build vllm-cpu
-	$(BIN)/pytest
+# CPU image, which only this target builds (`make demo` does not): `build all` builds it
+# beside the Go builds, so a cold build is not longer by its minutes.
+test: lint setup host-packages
+	$(BIN)/gridloop local build all
+	$(BIN)/pytest --durations=30
 
 # what runs on a fresh clone with no build: not the cluster tests, nor the tests that run
 # the built helm, helm3, kubectl, trivy or promtool (marked needs_binaries)

@@ -154,15 +154,21 @@ def push(image: Image, port: int, force: bool = False) -> bool:
     return push_named(local_name(image), image.ref, port, force, log)
 
 
-def push_named(local: str, ref: str, port: int, force: bool, log: Path) -> bool:
+def push_named(
+    local: str, ref: str, port: int, force: bool, log: Path, compress: bool = True
+) -> bool:
     """Push buildah's image `local` as `ref` (stored in the registry under the path
-    `<registry>/<repository>`), unless the registry holds it and not `force`."""
+    `<registry>/<repository>`), unless the registry holds it and not `force`. Without
+    `compress` the layers go as plain tar: for a large image on this machine's own
+    registry, gzip on the way in and out costs more than the bytes do."""
     host, rest = ref.split("/", 1)
     repository, tag = rest.rsplit(":", 1)
     if not force and registry.has(port, host, repository, tag):
         return False
     dest = f"docker://127.0.0.1:{port}/{host}/{repository}:{tag}"
-    cmd = [*command(), "push", "--tls-verify=false", local, dest]
+    cmd = [*command(), "push", "--tls-verify=false"]
+    cmd += [] if compress else ["--disable-compression"]
+    cmd += [local, dest]
     run_logged(cmd, log, f"pushing image {ref}")
     return True
 

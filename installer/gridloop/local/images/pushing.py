@@ -58,7 +58,8 @@ def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m:
     pause = building.built_version("pause")
     log = paths.cache_root() / "images" / "push.log"
     for report in build_all(binaries, say):
-        buildah.push_named(report.local, report.ref, port, report.built, log)
-        if report.ref == vllm_image.ref():
+        heavy = report.ref == vllm_image.ref()  # 7 GiB: gzip would take minutes each way
+        buildah.push_named(report.local, report.ref, port, report.built, log, compress=not heavy)
+        if heavy:
             vllm_image.mark_pushed()
     return table.pause_ref(pause)

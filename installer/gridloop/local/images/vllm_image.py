@@ -2,9 +2,10 @@
 
 About 7 GiB unpacked (torch and its CUDA runtime wheels are most of it: see the
 Containerfile), so neither `gridloop local build` nor `make demo` builds it:
-`gridloop local build vllm-cpu` does, and `make test` asks for it. Once built, `local up`
-pushes it to the local registry like every other image (once: the registry's storage is
-in the cache).
+`gridloop local build vllm-cpu` does, and `make test` asks for it (`gridloop local build
+all`, which builds it on a thread beside the Go builds). Once built, `local up` pushes it
+to the local registry like every other image (once: the registry's storage is in the
+cache), with its layers uncompressed.
 
 The build context, in the cache and never in the repository, holds the Containerfile,
 the `vllm` wrapper, the hashed lock (requirements.txt) and `wheels/`: every locked wheel
@@ -27,6 +28,8 @@ from gridloop.local.images import buildah, gridloop_image
 NAME = "vllm-cpu"  # images/<NAME>/ and the build's name on the command line
 OWN_FILES = ("Containerfile", "vllm", "requirements.txt")
 LIBNUMA = "libnuma.so.1"  # Debian's (recipes.py): vLLM's CPU ops link it
+# the recipes the build needs besides its base image: libnuma, and runc for RUN steps
+NEEDS = ("libnuma", "runc")
 
 
 def ref() -> str:
