@@ -61,6 +61,7 @@ BUCKET = "models"
 CONCURRENCY = 16
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 PART = 8 << 20
+UPSTREAM = ("health", "kueue", "kuberay", "agentSandbox", "kaito")
 
 # the init container of the download side: every object of the folder to /weights
 DOWNLOAD = """
@@ -173,6 +174,8 @@ class Bench:
                 "--set", f"inference.models[0].uri=s3://{BUCKET}/bench-{self.size}",
                 "--set", "inference.models[0].revision=r1",
                 "--set", "inference.models[0].name=bench",
+                # only the model: the upstream controllers are not in the chart's folder
+                *(f"--set={c}.enabled=false" for c in UPSTREAM),
             ],
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
