@@ -190,3 +190,17 @@ def test_during_a_roll_both_revisions_serve_newest_first():
     )
     assert [s.name for s in r.serving] == ["r2", "r1"]
     assert r.summary() == "r2 (1/2 ready), r1 (1/1 ready) serve; r2 is starting (1/2 ready)"
+
+
+def test_a_new_pod_template_of_the_serving_revision_is_told_apart():
+    log = "botocore.exceptions.ClientError: An error occurred (SignatureDoesNotMatch)"
+    r = rollouts.rollout(
+        deployment(4),
+        [replica_set("r2", 3, 1, 1), {**replica_set("r2", 4, 1, 0), "metadata": {
+            **replica_set("r2", 4, 1, 0)["metadata"], "labels": {rollouts.HASH: "h-new"}}}],
+        [{"metadata": {"labels": {rollouts.HASH: "h-new"}}, "status": crashing(log)}],
+    )  # fmt: skip
+    assert r.summary().startswith(
+        "r2 (1/1 ready) serves; r2's new pod template (Deployment revision 4) is stuck: the"
+        " object store refused the keys for s3://models/tiny/r2/ (SignatureDoesNotMatch)"
+    )

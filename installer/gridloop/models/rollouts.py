@@ -79,9 +79,13 @@ class Rollout:
         w = self.wanted
         if w is None or self.done:
             return head
+        # the same revision with another pod template (new keys, resources, args)
+        name = w.name
+        if any(r.name == w.name and r.number != w.number for r in self.serving):
+            name = f"{w.name}'s new pod template (Deployment revision {w.number})"
         if self.stuck:
-            return f"{head}; {w.name} is stuck: {self.stuck}"
-        return f"{head}; {w.name} is starting ({w.ready}/{w.replicas} ready)"
+            return f"{head}; {name} is stuck: {self.stuck}"
+        return f"{head}; {name} is starting ({w.ready}/{w.replicas} ready)"
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
