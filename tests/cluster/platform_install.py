@@ -85,14 +85,16 @@ class Installed:
         *sets: str,
         timeout: str = "3m",
         files: tuple[Path, ...] | None = None,
+        verb: str = "install",
     ) -> subprocess.CompletedProcess[str]:
-        """Install (or upgrade) the release; `files` replaces the module's values files."""
+        """Install (or upgrade) the release; `files` replaces the module's values files;
+        `verb="upgrade"` runs `gridloop upgrade` (the release must exist)."""
         values = self.work / name
         values.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
         files = self.files if files is None else files
         flags = [f"-f={f}" for f in files] + [f"--set={s}" for s in (*self.sets, *sets)]
         return self.gridloop(
-            "install", "--chart", str(self.chart), "--profile", "local", "-f", str(values),
+            verb, "--chart", str(self.chart), "--profile", "local", "-f", str(values),
             *flags, "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", timeout,
             "--kubeconfig", self.env["KUBECONFIG"],
         )  # fmt: skip

@@ -213,7 +213,7 @@ def test_a_new_revision_rolls_out_behind_the_same_endpoint_without_a_failed_requ
     with Load(url, rate=12) as load:
         upgraded = serving.install(
             serving.fleet, "fleet-values.yaml", timeout="10m",
-            files=(revision_file(serving.work, "r2"),),
+            files=(revision_file(serving.work, "r2"),), verb="upgrade",
         )  # fmt: skip
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
         time.sleep(15)  # past the old pod's preStop window, while it stops
@@ -250,7 +250,9 @@ def assert_stuck_then_rolled_back(local_cluster, serving, values: Path, reason: 
     old = before.rstrip("/").rsplit("/", 1)[1]
     with Load(url, rate=5) as load:
         # long enough for the new server to start, fail and be restarted once (~1 min)
-        stuck = serving.install(serving.fleet, "fleet-values.yaml", timeout="150s", files=(values,))
+        stuck = serving.install(
+            serving.fleet, "fleet-values.yaml", timeout="150s", files=(values,), verb="upgrade"
+        )
         assert stuck.returncode == 4, stuck.stdout + stuck.stderr  # NotReady
         said = f"model {MODEL}: {old} (1/1 ready) serves; "
         assert said in stuck.stderr and reason in stuck.stderr, stuck.stderr
