@@ -18,7 +18,9 @@ registry (`gridloop local build vllm-cpu`). The model is `gridloop models make -
      there with its default safetensors loader.
    Timed from the create call to the pod's Ready condition as the API reports it (polled
    every 0.2 s), alternating A B A B after one untimed start (the image onto the node).
-   Each side also reports vLLM's own "Loading weights took" and the download's share,
+   Each side also reports the load's own timing from the server's log (the default
+   loader's "Loading weights took", the streamer's "Overall time to stream"), vLLM's
+   engine init ("init engine ... took") and the download's share,
    and the memory the pod's cgroup holds once Ready: total_rss of memory.stat (the
    server's resident memory, both processes) and the peak usage (with page cache).
 2. Read throughput, in one pod of the same image on the same node: the streamer's own
@@ -35,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -242,7 +245,11 @@ class Bench:
                 time.sleep(0.2)
             log = self.core.read_namespaced_pod_log(name, NS, container="vllm")
             out: dict[str, Any] = {"ready_s": round(ready, 2), **memory(pod)}
+            # the default loader times itself; the streamer's loader does not, but the
+            # streamer logs its own total ("Overall time to stream 1.07 GiB ...: 3.1s")
             out["load_weights_s"] = _number_after(log, "Loading weights took")
+            out["stream_s"] = _seconds(STREAMED.search(log))
+            out["engine_init_s"] = _seconds(ENGINE_INIT.search(log))
             if side == "download":
                 init = self.core.read_namespaced_pod_log(name, NS, container="download")
                 out["download_s"] = _number_after(init, "bytes in")
@@ -275,6 +282,14 @@ class Bench:
         )  # fmt: skip
         line = [x for x in str(out).splitlines() if x.startswith("{")][-1]
         return dict(json.loads(line))
+
+
+STREAMED = re.compile(r"Overall time to stream .*? of all files to \w+: ([0-9.]+)s")
+ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
+
+
+def _seconds(found: re.Match[str] | None) -> float | None:
+    return float(found.group(1)) if found else None
 
 
 def _number_after(text: str, marker: str) -> float | None:
