@@ -4,7 +4,7 @@ streamer's read throughput against a plain parallel S3 read. Side by side in one
 
 Needs a running local cluster (`gridloop local up`) and gridloop's vLLM CPU image in its
 registry (`gridloop local build vllm-cpu`). The model is `gridloop models make --size
-1g` (574,670,848 parameters, 1.07 GiB of bf16 safetensors in 5 shards), pushed once to
+1g` (574,670,848 parameters, 1.07 GiB of float16 safetensors in 5 shards), pushed once to
 `s3://models/bench-1g/r1/` in the local object store.
 
 1. Start to Ready. The pod is the chart's own vLLM pod (`helm template` of the chart
@@ -18,9 +18,10 @@ registry (`gridloop local build vllm-cpu`). The model is `gridloop models make -
      there with its default safetensors loader.
    Timed from the create call to the pod's Ready condition as the API reports it (polled
    every 0.2 s), alternating A B A B after one untimed start (the image onto the node).
-   Each side also reports the load's own timing from the server's log (the default
-   loader's "Loading weights took", the streamer's "Overall time to stream"), vLLM's
-   engine init ("init engine ... took") and the download's share,
+   Each side also reports the load itself (from vLLM's "Starting to load model" to the
+   end of its progress bar over the weights, by the runtime's log timestamps), the
+   default loader's own "Loading weights took", vLLM's engine init and the download's
+   share,
    and the memory the pod's cgroup holds once Ready: total_rss of memory.stat (the
    server's resident memory, both processes) and the peak usage (with page cache).
 2. Read throughput, in one pod of the same image on the same node: the streamer's own
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +112,7 @@ else:
         streamer.stream_files([f"s3://{bucket}/{k}" for k, _ in objs])
         for _name, tensor in streamer.get_tensors():
             n += tensor.numel() * tensor.element_size()
-print(json.dumps({"reader": which, "bytes": n, "seconds": time.monotonic() - t0}))
+print("bench-read", json.dumps({"reader": which, "bytes": n, "seconds": time.monotonic() - t0}))
 """
 
 
@@ -243,12 +245,13 @@ class Bench:
                 if time.monotonic() - t0 > timeout:
                     raise SystemExit(f"{name} not Ready after {timeout:.0f} s")
                 time.sleep(0.2)
-            log = self.core.read_namespaced_pod_log(name, NS, container="vllm")
+            log = self.core.read_namespaced_pod_log(name, NS, container="vllm", timestamps=True)
             out: dict[str, Any] = {"ready_s": round(ready, 2), **memory(pod)}
-            # the default loader times itself; the streamer's loader does not, but the
-            # streamer logs its own total ("Overall time to stream 1.07 GiB ...: 3.1s")
+            # the load, the same for both loaders: from vLLM's "Starting to load model"
+            # to the end of its progress bar over the weights (the runtime's timestamps
+            # of the two log lines; the streamer's loader does not time itself)
+            out["load_s"] = _between(log, "Starting to load model", LOADED)
             out["load_weights_s"] = _number_after(log, "Loading weights took")
-            out["stream_s"] = _seconds(STREAMED.search(log))
             out["engine_init_s"] = _seconds(ENGINE_INIT.search(log))
             if side == "download":
                 init = self.core.read_namespaced_pod_log(name, NS, container="download")
@@ -280,16 +283,33 @@ class Bench:
             self.core.connect_get_namespaced_pod_exec, pod, NS, command=command,
             stderr=True, stdout=True, stdin=False, tty=False,
         )  # fmt: skip
-        line = [x for x in str(out).splitlines() if x.startswith("{")][-1]
-        return dict(json.loads(line))
+        # prefixed: the client turns an exec's output that parses as JSON into a dict
+        line = [x for x in str(out).splitlines() if x.startswith("bench-read ")][-1]
+        return dict(json.loads(line.removeprefix("bench-read ")))
 
 
-STREAMED = re.compile(r"Overall time to stream .*? of all files to \w+: ([0-9.]+)s")
+# the end of either loader's progress bar over the weights
+LOADED = ("Loading safetensors using Runai Model Streamer", "Loading safetensors checkpoint shards")
 ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
 
 
 def _seconds(found: re.Match[str] | None) -> float | None:
     return float(found.group(1)) if found else None
+
+
+def _between(log: str, start: str, ends: tuple[str, ...]) -> float | None:
+    """Seconds from the first log line holding `start` to the last holding one of `ends`,
+    by the runtime's RFC 3339 timestamps (`timestamps=True`)."""
+
+    def at(line: str) -> float:
+        stamp = line.split(" ", 1)[0]  # 2026-12-02T13:01:02.123456789Z
+        whole, _, frac = stamp.rstrip("Z").partition(".")
+        return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{frac or 0}")
+
+    lines = log.split("\n")  # not splitlines(): a progress bar's \r stays in its line
+    first = next((at(x) for x in lines if start in x), None)
+    last = [at(x) for x in lines if any(e in x for e in ends)]
+    return round(last[-1] - first, 2) if first is not None and last else None
 
 
 def _number_after(text: str, marker: str) -> float | None:
