@@ -4,9 +4,8 @@ Each recipe lands in `<cache>/<recipe>-<version>/bin/` (a recipe is named for it
 component, or for what it builds from it: `kubernetes-node`, `pause`), with its build
 log beside it and a `.complete` stamp written last. A component whose stamp
 matches its recipe is never rebuilt, so a warm run takes seconds; a failed or
-interrupted build leaves no stamp and is redone. Compiles run one at a time (a single
-Kubernetes binary peaks near 2 GB of memory while linking); the modules of the recipes
-after it are fetched on one thread meanwhile.
+interrupted build leaves no stamp and is redone. Builds run one at a time: a
+single Kubernetes binary peaks near 2 GB of memory while linking.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,41 +106,20 @@ def build(components: Iterable[str] | None = None, report: Reporter = lambda p: 
         known = ", ".join(r.name for r in RECIPES)
         raise BuildError(f"nothing to build called {', '.join(unknown)} (known: {known})")
     todo = [r for r in RECIPES if r.name in wanted or r.component in wanted]
-    go_builds = [
-        r
-        for r in todo
-        if not (r.debian_files or r.c_programs) and not _is_cached(r, versions.get(r.component))
-    ]
-    # a cold build spends minutes fetching modules (`go mod download`, `go mod tidy`):
-    # that waits on the network and the disk, so the next recipes' modules are fetched
-    # on one thread while this one compiles (compiles stay one at a time)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="go-modules") as fetcher:
-        fetched: dict[str, Future[_Prepared]] = {}
-        if go_builds:
-            first, more = go_builds[0], len(go_builds) - 1
-            go = check_go(
-                f"{first.name} {versions.get(first.component).version}"
-                + (f" (and {more} more)" if more else "")
-            )
-            fetched = {
-                r.name: fetcher.submit(_prepare, go, r, versions.get(r.component))
-                for r in go_builds
-            }
-        try:
-            for recipe in todo:
-                comp = versions.get(recipe.component)
-                if recipe.name in fetched:
-                    _compile(fetched[recipe.name].result(), report)
-                elif _is_cached(recipe, comp):
-                    for name in binary_names(recipe):
-                        report(Progress(comp.name, comp.version, name, "cached"))
-                elif recipe.debian_files:
-                    _unpack_debian(recipe, comp, report)
-                else:
-                    _compile_c(check_go(f"{comp.name} {comp.version}"), recipe, comp, report)
-        finally:
-            for future in fetched.values():
-                future.cancel()
+    for recipe in todo:
+        comp = versions.get(recipe.component)
+        if _is_cached(recipe, comp):
+            for name in binary_names(recipe):
+                report(Progress(comp.name, comp.version, name, "cached"))
+            continue
+        if recipe.debian_files:
+            _unpack_debian(recipe, comp, report)
+            continue
+        if recipe.c_programs:
+            _compile_c(check_go(f"{comp.name} {comp.version}"), recipe, comp, report)
+            continue
+        go = check_go(f"{comp.name} {comp.version}")
+        _build_component(go, recipe, comp, report)
 
 
 def _go_env(folder: Path) -> dict[str, str]:
@@ -168,22 +145,7 @@ def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str], what: str) -
     return proc.stdout
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """A Go recipe whose modules are fetched and resolved: what is left is to compile."""
-
-    go: str
-    recipe: Recipe
-    comp: Component
-    src: Path
-    log: Path
-    env: dict[str, str]
-    overlay: Path | None
-
-
-def _prepare(go: str, recipe: Recipe, comp: Component) -> _Prepared:
-    """Download the pinned module, write the wrapper module and resolve it (`go mod
-    tidy`), apply the patches: everything before the compile, mostly network and disk."""
+def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter) -> None:
     folder = recipe_dir(recipe, comp)
     src, bindir, log = folder / "src", folder / "bin", folder / "build.log"
     (folder / STAMP).unlink(missing_ok=True)
@@ -217,14 +179,7 @@ def _prepare(go: str, recipe: Recipe, comp: Component) -> _Prepared:
         (shim / "main.go").write_text(_shim_source(pkg))
     _run([go, "mod", "tidy"], src, log, env, f"{what}: resolving modules")
     overlay = _write_overlay(recipe, comp, module_dir, folder)
-    return _Prepared(go, recipe, comp, src, log, env, overlay)
 
-
-def _compile(prepared: _Prepared, report: Reporter) -> None:
-    go, recipe, comp, src, log = (
-        prepared.go, prepared.recipe, prepared.comp, prepared.src, prepared.log
-    )  # fmt: skip
-    bindir, what = recipe_dir(recipe, comp) / "bin", f"building {comp.name} {comp.version}"
     targets = {name: f"./cmd/{name}" for name in recipe.shims} | recipe.binaries
     for name, pkg in targets.items():
         report(Progress(comp.name, comp.version, name, "building", log=log))
@@ -233,13 +188,13 @@ def _compile(prepared: _Prepared, report: Reporter) -> None:
         cmd = [go, "build", "-trimpath", "-o", str(tmp)]
         if recipe.tags:
             cmd += ["-tags", ",".join(recipe.tags)]
-        if prepared.overlay:
-            cmd += ["-overlay", str(prepared.overlay)]
+        if overlay:
+            cmd += ["-overlay", str(overlay)]
         cmd += ["-ldflags", " ".join(["-s", "-w", *recipe.ldflags(comp)]), pkg]
-        _run(cmd, src, log, prepared.env, f"{what}: {name}")
+        _run(cmd, src, log, env, f"{what}: {name}")
         tmp.replace(bindir / name)
         report(Progress(comp.name, comp.version, name, "built", time.monotonic() - start, log))
-    _stamp(recipe_dir(recipe, comp), recipe, comp)
+    _stamp(folder, recipe, comp)
 
 
 def _stamp(folder: Path, recipe: Recipe, comp: Component) -> None:
