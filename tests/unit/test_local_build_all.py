@@ -1,5 +1,5 @@
-"""`gridloop local build all` (what `make test` runs): the vLLM image builds on its own
-thread, beside the Go builds, once what it needs is there."""
+"""`gridloop local build all` (what `make test` runs): the heavy images (vLLM CPU, Ray)
+build on their own thread, beside the Go builds, once what they need is there."""
 
 from __future__ import annotations
 
@@ -7,41 +7,58 @@ import argparse
 import threading
 
 from gridloop.local import building, commands
-from gridloop.local.images import gridloop_image, pushing, vllm_image
+from gridloop.local.images import gridloop_image, locked_images, pushing
 
 
-def test_the_vllm_image_builds_while_the_go_builds_run(monkeypatch, capsys):
+def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys):
     said: list[str] = []
-    go_started, vllm_running = threading.Event(), threading.Event()
+    go_started, heavy_running = threading.Event(), threading.Event()
 
     def build(components, report):
         said.append(f"recipes {components}")
-        if components is None:  # the Go builds: the image is building meanwhile
+        if components is None:  # the Go builds: the images are building meanwhile
             go_started.set()
-            assert vllm_running.wait(5), "the vLLM image did not start beside the Go builds"
+            assert heavy_running.wait(5), "the heavy images did not start beside the Go builds"
 
-    def vllm_build():
-        vllm_running.set()
+    def heavy_build(image):
+        heavy_running.set()
         assert go_started.wait(5)
-        said.append("vllm image")
-        return gridloop_image.Built(vllm_image.ref(), True, 1.0)
+        said.append(f"image {image.name}")
+        return gridloop_image.Built(image.ref(), True, 1.0)
 
     monkeypatch.setattr(building, "build", build)
     monkeypatch.setattr(building, "binary", lambda name: name)
     monkeypatch.setattr(gridloop_image, "base_image", lambda: said.append("base") or ("b", False))
-    monkeypatch.setattr(vllm_image, "build", vllm_build)
+    monkeypatch.setattr(locked_images.LockedImage, "build", heavy_build)
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
     assert commands.cmd_build(argparse.Namespace(components=["all"])) == 0
-    assert said[:2] == [f"recipes {vllm_image.NEEDS}", "base"]  # what the image needs, first
-    assert said.index("vllm image") > said.index("recipes None")
-    assert "built in 1.0s" in capsys.readouterr().out
+    assert said[:2] == [f"recipes {locked_images.needs()}", "base"]  # what they need, first
+    assert said.index("image vllm-cpu") > said.index("recipes None")
+    assert said.index("image ray") > said.index("image vllm-cpu")
+    out = capsys.readouterr().out
+    assert f"{locked_images.RAY.ref()}" in out and "built in 1.0s" in out
 
 
-def test_without_all_the_vllm_image_is_left_out(monkeypatch):
+def test_without_all_the_heavy_images_are_left_out(monkeypatch):
     said: list[str] = []
     monkeypatch.setattr(building, "build", lambda components, report: said.append("recipes"))
     monkeypatch.setattr(building, "binary", lambda name: name)
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
-    monkeypatch.setattr(vllm_image, "build", lambda: said.append("vllm image"))
+    monkeypatch.setattr(locked_images.LockedImage, "build", lambda i: said.append(i.name))
     assert commands.cmd_build(argparse.Namespace(components=[])) == 0
     assert said == ["recipes", "images"]
+
+
+def test_naming_one_heavy_image_builds_what_it_needs_then_it_alone(monkeypatch, capsys):
+    said: list[object] = []
+    monkeypatch.setattr(building, "build", lambda components, report: said.append(components))
+    monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
+
+    def heavy_build(image):
+        said.append(image.name)
+        return gridloop_image.Built(image.ref(), False, 0.1)
+
+    monkeypatch.setattr(locked_images.LockedImage, "build", heavy_build)
+    assert commands.cmd_build(argparse.Namespace(components=["ray"])) == 0
+    assert said == [locked_images.RAY.needs, "ray"]
+    assert "cached" in capsys.readouterr().out

@@ -20,9 +20,14 @@ L4: {product: NVIDIA-L4, cpuCores: 192, memoryGi: 768}
 {{- end -}}
 
 {{/*
-Every pool of the fleet as a flavor, cloud sites in listed order, then on-prem sites:
-{flavors: [{name, site, pool, product, gpus, cpu, memoryGi}]}. cpu and memoryGi are the
-pool's whole CPU and memory, scaled from the catalog's 8-GPU node as the simulator does.
+Every pool of the fleet as a flavor: the container nodes' CPU pool first (when the fleet
+has containerNodes), then the GPU pools, cloud sites in listed order, then on-prem sites:
+{flavors: [{name, site, pool, product, gpus, cpu, memoryGi, container}]}. For a GPU pool,
+cpu and memoryGi are the pool's whole CPU and memory, scaled from the catalog's 8-GPU
+node as the simulator does; for the CPU pool ("system", container: true), what the fleet
+file says Kueue may admit on its nodes (containerNodes.cpuCores and memoryGi per node).
+The CPU pool comes first so work that asks for no GPU lands on the nodes that have no
+GPU; a GPU job finds no GPU quota there and takes the next flavor.
 Fails, naming the field, on what the schema cannot check: duplicate names and node names
 longer than 63 characters.
 */}}
@@ -55,6 +60,12 @@ longer than 63 characters.
   {{- end -}}
 {{- end -}}
 {{- $flavors := list -}}
+{{- with .Values.fleet.containerNodes -}}
+  {{- $nodes := int (.nodes | default 1) -}}
+  {{- $cpu := mul $nodes (int (.cpuCores | default 2)) -}}
+  {{- $memory := mul $nodes (int (.memoryGi | default 8)) -}}
+  {{- $flavors = append $flavors (dict "name" "system" "site" "" "pool" "system" "product" "" "gpus" 0 "cpu" $cpu "memoryGi" $memory "container" true) -}}
+{{- end -}}
 {{- range $type := list "cloud" "on-prem" -}}
   {{- range $site := $sites -}}
     {{- if eq $site.type $type -}}

@@ -23,6 +23,12 @@ Empty when the chart has no Kueue manifests at all (templates/upstream.yaml says
 {{- $metrics := $config.metrics | default dict -}}
 {{- $_ = set $metrics "enableClusterQueueResources" .Values.kueue.metrics.enableClusterQueueResources -}}
 {{- $_ = set $config "metrics" $metrics -}}
+{{- $wait := .Values.kueue.waitForPodsReady -}}
+{{- if $wait.enabled -}}
+{{- $_ = set $config "waitForPodsReady" (dict "timeout" $wait.timeout "blockAdmission" $wait.blockAdmission) -}}
+{{- else -}}
+{{- $_ = unset $config "waitForPodsReady" -}}
+{{- end -}}
 {{- $_ = unset $base "data" -}}
 {{- toYaml $base }}
 data:

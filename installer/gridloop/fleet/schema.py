@@ -34,6 +34,12 @@ MAX_GPUS_PER_NODE = 16
 MAX_NODE_NAME = 63
 
 MAX_CONTAINER_NODES = 3
+# Kueue's quota for CPU work on each container node (the chart's "system" flavor); the
+# chart's values.schema.json has the same bounds and defaults (a unit test keeps them equal)
+DEFAULT_CONTAINER_CPU_CORES = 2
+DEFAULT_CONTAINER_MEMORY_GI = 8
+MAX_CONTAINER_CPU_CORES = 1024
+MAX_CONTAINER_MEMORY_GI = 65536
 DEFAULT_POD_SUBNET = "10.200.0.0/16"
 # Node i of the container nodes gets the i-th /24 of podSubnet: at most /22 leaves room
 # for MAX_CONTAINER_NODES of them, and /8 is as wide as a sensible private range gets.
@@ -50,7 +56,7 @@ _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 _TOP_KEYS = ("apiVersion", "kind", "metadata", "sites", "kueue", "containerNodes")
 _KUEUE_KEYS = ("enabled",)
-_CONTAINER_NODE_KEYS = ("nodes", "podSubnet")
+_CONTAINER_NODE_KEYS = ("nodes", "podSubnet", "cpuCores", "memoryGi")
 _METADATA_KEYS = ("name",)
 _SITE_KEYS = ("name", "type", "region", "zones", "pools")
 _POOL_KEYS = ("name", "gpu", "nodes", "gpusPerNode", "instanceType")
@@ -131,6 +137,11 @@ class ContainerNodes:
 
     nodes: int = 1
     pod_subnet: str = DEFAULT_POD_SUBNET
+    # what Kueue may admit on each node: the chart's CPU flavor "system" has nodes times
+    # these as quota (the kubelet reports the host's whole CPU and memory, which the
+    # platform's own pods share)
+    cpu_cores: int = DEFAULT_CONTAINER_CPU_CORES
+    memory_gi: int = DEFAULT_CONTAINER_MEMORY_GI
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,19 @@ def _container_nodes(data: object, source: str) -> ContainerNodes:
         message = f"must be an integer from 1 to {MAX_CONTAINER_NODES}, got {_show(nodes)}"
         raise FleetError(source, "containerNodes.nodes", message)
     subnet = _pod_subnet(raw.get("podSubnet", DEFAULT_POD_SUBNET), source)
-    return ContainerNodes(nodes=nodes, pod_subnet=subnet)
+    sizes = {}
+    for key, default, most in (
+        ("cpuCores", DEFAULT_CONTAINER_CPU_CORES, MAX_CONTAINER_CPU_CORES),
+        ("memoryGi", DEFAULT_CONTAINER_MEMORY_GI, MAX_CONTAINER_MEMORY_GI),
+    ):
+        value = raw.get(key, default)
+        if not _is_int(value) or not 1 <= value <= most:
+            message = f"must be an integer from 1 to {most}, got {_show(value)}"
+            raise FleetError(source, f"containerNodes.{key}", message)
+        sizes[key] = value
+    return ContainerNodes(
+        nodes=nodes, pod_subnet=subnet, cpu_cores=sizes["cpuCores"], memory_gi=sizes["memoryGi"]
+    )
 
 
 def _pod_subnet(data: object, source: str) -> str:

@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="*",
         help="only these recipes (etcd, kubernetes, kubernetes-node, containerd, gvisor, ..., "
         "or `images` for the container nodes' images); default: everything but the heavy "
-        "vLLM CPU image, which `vllm-cpu` builds (about 7 GiB); `all`: everything and that "
-        "image, built beside the Go builds (what `make test` runs)",
+        "images, the vLLM CPU image (`vllm-cpu`, about 7 GiB) and the Ray image (`ray`, about "
+        "1 GiB); `all`: everything and those images, built beside the Go builds (what `make "
+        "test` runs)",
     )
     p.set_defaults(func=cmd_build)
 
@@ -62,21 +63,22 @@ ALL = "all"
 def cmd_build(args: argparse.Namespace) -> int:
     printer = _BuildPrinter()
     print(f"building into {paths.cache_root()}", flush=True)
-    from gridloop.local.images import gridloop_image, vllm_image
+    from gridloop.local.images import gridloop_image, locked_images
 
     everything = ALL in args.components
-    named = [c for c in args.components if c not in (IMAGES, vllm_image.NAME, ALL)]
-    vllm: Future[gridloop_image.Built] | None = None
+    heavy = [locked_images.by_name(c) for c in args.components if c in locked_images.names()]
+    named = [c for c in args.components if c not in (IMAGES, ALL, *locked_images.names())]
+    side: Future[list[gridloop_image.Built]] | None = None
     pool = ThreadPoolExecutor(max_workers=1)
     if everything:
-        # The vLLM image needs only its base, runc and libnuma: made first, it builds on
-        # its own thread while the Go builds run. Its wheels come over the network and
-        # buildah mostly copies files, so it overlaps the compilers' CPU time (a cold
-        # build is this image's minutes shorter).
-        building.build(vllm_image.NEEDS, printer)
+        # The heavy images need only their base and a few Debian files: made first, they
+        # build one after the other on their own thread while the Go builds run. Their
+        # wheels come over the network and buildah mostly copies files, so they overlap
+        # the compilers' CPU time (a cold build is these images' minutes shorter).
+        building.build(locked_images.needs(), printer)
         gridloop_image.base_image()
-        print("the vLLM CPU image: building beside the rest", flush=True)
-        vllm = pool.submit(vllm_image.build)
+        print("the heavy images (vLLM CPU, Ray): building beside the rest", flush=True)
+        side = pool.submit(lambda: [image.build() for image in locked_images.IMAGES])
     try:
         if named or everything or not args.components:
             building.build(named or None, printer)
@@ -86,11 +88,16 @@ def cmd_build(args: argparse.Namespace) -> int:
             print("images (buildah, FROM scratch and gridloop's Containerfile):", flush=True)
             binaries = {name: building.binary(name) for name in pushing.BINARIES}
             pushing.build_all(binaries, lambda line: print(line, flush=True))
-        if vllm_image.NAME in args.components or vllm is not None:
-            print("the vLLM CPU image (images/vllm-cpu/Containerfile):", flush=True)
-            made = vllm.result() if vllm is not None else vllm_image.build()
-            state = "built" if made.fresh else "cached"
-            print(f"  ✓ {made.ref:<62} {state} in {made.seconds:.1f}s", flush=True)
+        if heavy or side is not None:
+            print("the heavy images (images/*/Containerfile on a hashed lock):", flush=True)
+            if side is not None:
+                made = side.result()
+            else:
+                building.build(tuple(dict.fromkeys(n for i in heavy for n in i.needs)), printer)
+                made = [image.build() for image in heavy]
+            for one in made:
+                state = "built" if one.fresh else "cached"
+                print(f"  ✓ {one.ref:<62} {state} in {one.seconds:.1f}s", flush=True)
     finally:
         pool.shutdown(wait=True)
     print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)

@@ -327,7 +327,7 @@ RECIPES: tuple[Recipe, ...] = (
             f"-X github.com/aquasecurity/trivy/pkg/version/app.ver={comp.version.lstrip('v')}"
         ],
     ),
-    # for the vLLM CPU image (images/vllm_image.py): vLLM's CPU ops link libnuma
+    # for the vLLM CPU image (images/locked_images.py): vLLM's CPU ops link libnuma
     Recipe(
         component="libnuma",
         binaries={},

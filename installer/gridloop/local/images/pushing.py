@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop.local import building, paths
-from gridloop.local.images import buildah, gridloop_image, python_images, table, vllm_image
+from gridloop.local.images import buildah, gridloop_image, locked_images, python_images, table
 
 Say = Callable[[str], None]
 # what the rows are made of, from the build cache (recipes.py)
@@ -46,9 +46,10 @@ def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[
         made = python_images.build(row)
         out.append(Report(made.ref, made.ref, made.fresh, seconds=made.seconds))
         say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
-    if vllm_image.stamped():  # built on request only (`gridloop local build vllm-cpu`)
-        out.append(Report(vllm_image.ref(), vllm_image.ref(), vllm_image.needs_push()))
-        say(f"  ✓ {vllm_image.ref():<62} cached")
+    for heavy in locked_images.IMAGES:  # built on request only (`gridloop local build ray`)
+        if heavy.stamped():
+            out.append(Report(heavy.ref(), heavy.ref(), heavy.needs_push()))
+            say(f"  ✓ {heavy.ref():<62} cached")
     return out
 
 
@@ -57,9 +58,12 @@ def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m:
     the pause image's reference, which containerd pins."""
     pause = building.built_version("pause")
     log = paths.cache_root() / "images" / "push.log"
+    heavy = {image.ref(): image for image in locked_images.IMAGES}
     for report in build_all(binaries, say):
-        heavy = report.ref == vllm_image.ref()  # 7 GiB: gzip would take minutes each way
-        buildah.push_named(report.local, report.ref, port, report.built, log, compress=not heavy)
-        if heavy:
-            vllm_image.mark_pushed()
+        locked = heavy.get(report.ref)  # 1 to 7 GiB: gzip would take minutes each way
+        buildah.push_named(
+            report.local, report.ref, port, report.built, log, compress=locked is None
+        )
+        if locked is not None:
+            locked.mark_pushed()
     return table.pause_ref(pause)
