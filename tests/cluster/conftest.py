@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -60,3 +61,20 @@ def kueue_platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
     work = tmp_path_factory.mktemp("platform")
     with installed_platform(local_cluster, work, HEALTH_OFF) as installed:
         yield installed
+
+
+@pytest.fixture
+def looping() -> Iterator[Callable[[HealthService], None]]:
+    """Run a service's loop (one cycle a second) in a thread until the test ends."""
+    stops: list[tuple[threading.Event, threading.Thread]] = []
+
+    def start(service: HealthService) -> None:
+        stop = threading.Event()
+        thread = threading.Thread(target=service.run, args=(1.0, stop), daemon=True)
+        thread.start()
+        stops.append((stop, thread))
+
+    yield start
+    for stop, thread in stops:
+        stop.set()
+        thread.join(timeout=30)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,23 +41,6 @@ def team(local_cluster, namespace) -> Iterator[TeamQueues]:
     queues = TeamQueues(local_cluster.api, namespace, f"qt{uuid.uuid4().hex[:4]}")
     yield queues
     queues.delete()
-
-
-@pytest.fixture
-def looping() -> Iterator[Callable[[HealthService], None]]:
-    """Run a service's loop (one cycle a second) in a thread until the test ends."""
-    stops: list[tuple[threading.Event, threading.Thread]] = []
-
-    def start(service: HealthService) -> None:
-        stop = threading.Event()
-        thread = threading.Thread(target=service.run, args=(1.0, stop), daemon=True)
-        thread.start()
-        stops.append((stop, thread))
-
-    yield start
-    for stop, thread in stops:
-        stop.set()
-        thread.join(timeout=30)
 
 
 @pytest.fixture

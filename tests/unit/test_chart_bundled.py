@@ -51,8 +51,10 @@ def helm(*args: str, home: Path, name: str = "helm") -> subprocess.CompletedProc
     )
 
 
-def render(chart: Path, home: Path, *sets: str, namespace: str = NAMESPACE) -> list[Doc]:
-    args = ["template", "gridloop", str(chart), f"--namespace={namespace}"]
+def render(
+    chart: Path, home: Path, *sets: str, namespace: str = NAMESPACE, extra: tuple[str, ...] = ()
+) -> list[Doc]:
+    args = ["template", "gridloop", str(chart), f"--namespace={namespace}", *extra]
     done = helm(*args, f"--set={NOT_BUNDLED}", *(f"--set={s}" for s in sets), home=home)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -150,6 +152,34 @@ def test_kueue_runs_with_the_integrations_and_metrics_values_name(
     )
     assert narrowed["integrations"]["frameworks"] == ["batch/job", "pod"]
     assert narrowed["metrics"]["enableClusterQueueResources"] is False
+
+
+def test_wait_for_pods_ready_is_off_by_default_and_on_as_values_say(
+    bundled: Path, tmp_path: Path
+) -> None:
+    assert "waitForPodsReady" not in kueue_config(render(bundled, tmp_path))
+
+    local = f"--values={bundled / 'profiles' / 'local.yaml'}"
+    on = kueue_config(render(bundled, tmp_path, namespace=NAMESPACE, extra=(local,)))
+    assert on["waitForPodsReady"] == {"timeout": "10m", "blockAdmission": False}
+
+    strict = kueue_config(
+        render(
+            bundled,
+            tmp_path,
+            "kueue.waitForPodsReady.enabled=true",
+            "kueue.waitForPodsReady.timeout=90s",
+            "kueue.waitForPodsReady.blockAdmission=true",
+        )
+    )
+    assert strict["waitForPodsReady"] == {"timeout": "90s", "blockAdmission": True}
+
+
+def test_a_bad_wait_for_pods_ready_timeout_is_refused_naming_the_key(
+    bundled: Path, tmp_path: Path
+) -> None:
+    error = render_error(bundled, tmp_path, "kueue.waitForPodsReady.timeout=ten minutes")
+    assert "/kueue/waitForPodsReady/timeout" in error and "ten minutes" in error
 
 
 def test_changing_the_integrations_restarts_kueue_and_nothing_else_does(

@@ -289,8 +289,9 @@ def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) 
         (s, p) for t in ("cloud", "on-prem") for s in fleet.sites if s.type == t for p in s.pools
     ]
     flavors = of_kind(docs, "ResourceFlavor")
+    # the container nodes' CPU flavor, then one per GPU pool
     assert sorted(f["metadata"]["name"] for f in flavors) == sorted(
-        f"{s.name}-{p.name}" for s, p in pools
+        ["system", *(f"{s.name}-{p.name}" for s, p in pools)]
     )
     for site, pool in pools:
         labels = named(docs, "ResourceFlavor", f"{site.name}-{pool.name}")["spec"]["nodeLabels"]
@@ -315,8 +316,12 @@ def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) 
             }
             group = spec["resourceGroups"][0]
             assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
-            # flavors in fleet order: cloud sites as listed, then on-prem
-            assert [f["name"] for f in group["flavors"]] == [f"{s.name}-{p.name}" for s, p in pools]
+            # the CPU pool first, then the GPU pools in fleet order: cloud sites as listed,
+            # then on-prem
+            assert [f["name"] for f in group["flavors"]] == [
+                "system",
+                *(f"{s.name}-{p.name}" for s, p in pools),
+            ]
             flavor = next(f for f in group["flavors"] if f["name"] == f"{site.name}-{pool.name}")
             gpu = next(r for r in flavor["resources"] if r["name"] == "nvidia.com/gpu")
             shares[team["name"]] = int(gpu["nominalQuota"])
@@ -335,6 +340,47 @@ def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) 
         assert local[0]["spec"]["clusterQueue"] == team["name"]
         ns = named(docs, "Namespace", team["namespace"])
         assert ns["metadata"]["labels"]["gridloop.io/team"] == team["name"]
+
+
+@needs_helm
+def test_container_nodes_are_a_cpu_flavor_split_across_teams(render: Render, tmp_path: Path) -> None:
+    fleet = fleet_values(DEFAULT_FLEET)
+    fleet["fleet"]["containerNodes"] = {"nodes": 2, "cpuCores": 3, "memoryGi": 5}
+    teams = [
+        {"name": "research", "namespace": "team-research", "weight": 2},
+        {"name": "eval", "namespace": "team-eval", "weight": 1},
+    ]
+    docs = render(values_file(tmp_path, {**fleet, "kueue": {"teams": teams}}))
+
+    flavor = named(docs, "ResourceFlavor", "system")["spec"]
+    assert flavor["nodeLabels"] == {
+        "gridloop.io/pool": "system",
+        "gridloop.io/container-node": "true",
+    }
+    # Kueue hands admitted pods the toleration of the container nodes' taint
+    assert flavor["tolerations"] == [
+        {"key": "gridloop.io/container-node", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    quota = {}
+    for team in teams:
+        queue = named(docs, "ClusterQueue", team["name"])
+        system = queue["spec"]["resourceGroups"][0]["flavors"][0]
+        assert system["name"] == "system"
+        quota[team["name"]] = {r["name"]: r["nominalQuota"] for r in system["resources"]}
+    # 2 nodes x 3 cores = 6000m and 2 x 5 GiB = 10240Mi, split 2:1; no GPU on them
+    assert quota == {
+        "research": {"cpu": "4000m", "memory": "6827Mi", "nvidia.com/gpu": "0"},
+        "eval": {"cpu": "2000m", "memory": "3413Mi", "nvidia.com/gpu": "0"},
+    }
+
+
+@needs_helm
+def test_a_fleet_without_container_nodes_has_no_cpu_flavor(render: Render, tmp_path: Path) -> None:
+    fleet = fleet_values(DEFAULT_FLEET)
+    del fleet["fleet"]["containerNodes"]
+    docs = render(values_file(tmp_path, fleet))
+
+    assert "system" not in {f["metadata"]["name"] for f in of_kind(docs, "ResourceFlavor")}
 
 
 @needs_helm
@@ -795,9 +841,14 @@ def test_sandbox_policy_allows_gvisor_and_kata_and_checks_each_escape(render: Re
 def test_gpu_job_policy_names_the_queue_label(render: Render) -> None:
     docs = render()
     policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-gpu-jobs-queued")
-    (validation,) = policy["spec"]["validations"]
-    assert validation["message"] == (
+    gpu, ray = policy["spec"]["validations"]
+    assert gpu["message"] == (
         "GPU jobs in team namespaces must name a Kueue LocalQueue: set label "
+        "kueue.x-k8s.io/queue-name"
+    )
+    # Ray work queues on the container nodes' CPU flavor too: always through a queue
+    assert ray["message"] == (
+        "Ray jobs and clusters in team namespaces must name a Kueue LocalQueue: set label "
         "kueue.x-k8s.io/queue-name"
     )
     rules = policy["spec"]["matchConstraints"]["resourceRules"]

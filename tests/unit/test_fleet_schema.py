@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from ipaddress import ip_network
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from gridloop.fleet import GPU_MODELS, ContainerNodes, FleetError, load_fleet, parse_fleet
+from gridloop.fleet import schema
 from gridloop.fleet.schema import SERVICE_RANGE, SIMULATED_POD_RANGE
 from gridloop.local import flags
 
@@ -378,3 +380,22 @@ def test_every_bad_container_nodes_block_gives_exactly_one_line(
 def test_ranges_the_pod_subnet_must_avoid_are_the_ones_the_cluster_uses() -> None:
     assert ip_network(SERVICE_RANGE) == ip_network(flags.SERVICE_CIDR)
     assert ip_network(SIMULATED_POD_RANGE) == ip_network(flags.POD_CIDR, strict=False)
+
+
+def test_the_charts_schema_bounds_the_container_node_quota_as_the_fleet_schema_does() -> None:
+    chart_schema = json.loads(
+        (Path(__file__).resolve().parents[2] / "charts/gridloop/values.schema.json").read_text()
+    )
+    block = chart_schema["properties"]["fleet"]["properties"]["containerNodes"]["properties"]
+    assert (block["cpuCores"]["minimum"], block["cpuCores"]["maximum"]) == (
+        1,
+        schema.MAX_CONTAINER_CPU_CORES,
+    )
+    assert (block["memoryGi"]["minimum"], block["memoryGi"]["maximum"]) == (
+        1,
+        schema.MAX_CONTAINER_MEMORY_GI,
+    )
+    fleet_tpl = (Path(__file__).resolve().parents[2] / "charts/gridloop/templates/_fleet.tpl")
+    text = fleet_tpl.read_text()
+    assert f"(.cpuCores | default {schema.DEFAULT_CONTAINER_CPU_CORES})" in text
+    assert f"(.memoryGi | default {schema.DEFAULT_CONTAINER_MEMORY_GI})" in text

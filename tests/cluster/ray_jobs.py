@@ -1,0 +1,128 @@
+"""RayJobs on the shared local cluster, as a user submits them: the objects of a YAML file
+created through the API, and what Kueue and KubeRay then make of them (the Workload, the
+RayCluster, the pods, the submitter's log)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "training" / "rayjob.yaml"
+TEAM_NAMESPACE = "team-default"  # the local profile's one team
+RAY = ("ray.io", "v1")
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+Doc = dict[str, Any]
+
+
+def example() -> tuple[Doc, Doc]:
+    """The example's ConfigMap (train.py) and RayJob, as the file has them."""
+    config_map, rayjob = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    assert (config_map["kind"], rayjob["kind"]) == ("ConfigMap", "RayJob")
+    return config_map, rayjob
+
+
+def renamed(rayjob: Doc, name: str) -> Doc:
+    """The RayJob under another name, writing its checkpoint under that name."""
+    out = copy.deepcopy(rayjob)
+    out["metadata"]["name"] = name
+    head = out["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    for env in head.get("env", []):
+        if env["name"] == "CHECKPOINT_URI":
+            env["value"] = f"s3://checkpoints/{name}/"
+    return out
+
+
+def apply(api: client.ApiClient, namespace: str, doc: Doc) -> Doc:
+    """Create `doc` (a ConfigMap, a RayJob or a RayCluster) in `namespace`, replacing a
+    ConfigMap of the same name; the object as the API server stored it."""
+    if doc["kind"] == "ConfigMap":
+        core = client.CoreV1Api(api)
+        try:
+            core.delete_namespaced_config_map(doc["metadata"]["name"], namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+        return dict(core.create_namespaced_config_map(namespace, doc).to_dict())
+    plural = {"RayJob": "rayjobs", "RayCluster": "rayclusters"}[doc["kind"]]
+    custom = client.CustomObjectsApi(api)
+    created: Doc = custom.create_namespaced_custom_object(*RAY, namespace, plural, doc)
+    return created
+
+
+def rayjob(api: client.ApiClient, namespace: str, name: str) -> Doc:
+    found: Doc = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        *RAY, namespace, "rayjobs", name
+    )
+    return found
+
+
+def delete_rayjob(api: client.ApiClient, namespace: str, name: str) -> None:
+    try:
+        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            *RAY, namespace, "rayjobs", name, propagation_policy="Foreground"
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def workload(api: client.ApiClient, namespace: str, kind: str, name: str) -> Doc | None:
+    """The Kueue Workload that stands for the `kind` object `name`, if there is one."""
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        *KUEUE, namespace, "workloads"
+    )
+    for item in listed["items"]:
+        owners = item["metadata"].get("ownerReferences") or []
+        if any(o["kind"] == kind and o["name"] == name for o in owners):
+            found: Doc = item
+            return found
+    return None
+
+
+def condition(doc: Doc | None, kind: str) -> bool:
+    """Whether `doc` has the status condition `kind` with status True."""
+    if doc is None:
+        return False
+    conditions = doc.get("status", {}).get("conditions") or []
+    return any(c["type"] == kind and c["status"] == "True" for c in conditions)
+
+
+def flavors(workload_doc: Doc) -> dict[str, set[str]]:
+    """Each admitted pod set's flavors, by pod set name."""
+    assignments = workload_doc["status"]["admission"]["podSetAssignments"]
+    return {a["name"]: set(a.get("flavors", {}).values()) for a in assignments}
+
+
+def cluster_pods(api: client.ApiClient, namespace: str, cluster_name: str) -> list[Any]:
+    """The pods of a Ray cluster (head and workers), not yet being deleted."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"ray.io/cluster={cluster_name}"
+    )
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+
+def pods_of_rayjob(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    """Every pod a RayJob made: its cluster's (named after it) and its submitter's."""
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace).items
+    return [
+        p
+        for p in pods
+        if (p.metadata.labels or {}).get("ray.io/cluster", "").startswith(f"{name}-")
+        or (p.metadata.labels or {}).get("batch.kubernetes.io/job-name") == name
+    ]
+
+
+def submitter_log(api: client.ApiClient, namespace: str, name: str) -> str:
+    """What the submitter pod printed: `ray job submit` tails the driver's output."""
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(
+        namespace, label_selector=f"batch.kubernetes.io/job-name={name}"
+    ).items
+    return "\n".join(str(core.read_namespaced_pod_log(p.metadata.name, namespace)) for p in pods)

@@ -1,0 +1,331 @@
+"""Training for real: RayJobs queued by Kueue, run by the chart's KubeRay operator on the
+container node, with gridloop's Ray image (Ray 2.52.0 from PyPI, images/ray).
+
+Nothing here is simulated: Kueue's webhook suspends each RayJob, Kueue admits it as one
+Workload against the team's quota in the container nodes' CPU flavor, KubeRay starts a
+real Ray cluster (head and worker pods under runc on system-000), its submitter runs `ray
+job submit`, the driver trains on the worker and writes its checkpoint to the local
+object store (versitygw).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import boto3
+import pytest
+import ray_jobs
+from kubernetes.client.rest import ApiException
+from kueue_scenario import POLICY, QUOTA, TeamQueues
+from platform_install import installed_platform
+
+from gridloop.health.reading import connect
+from gridloop.health.service import HealthService
+from gridloop.local import object_store
+
+pytestmark = pytest.mark.cluster
+
+NS = ray_jobs.TEAM_NAMESPACE
+# what training needs: Kueue, KubeRay and the admission policies; the rest is other tests'
+LEAN = ("health.enabled=false", "agentSandbox.enabled=false")
+FIRST_START_S = 600  # the first RayJob pulls the Ray image (about 1 GiB) into containerd
+
+
+@pytest.fixture(scope="module")
+def training(local_cluster, tmp_path_factory) -> Iterator[None]:
+    """The platform installed with the local profile, and the object store's keys in the
+    team's namespace as the Secret the example reads (docs/training.md's step)."""
+    work = tmp_path_factory.mktemp("training")
+    with installed_platform(local_cluster, work, LEAN):
+        local_cluster.core.create_namespaced_secret(
+            NS, object_store.secret_object(local_cluster.state.dir, NS)
+        )
+        yield
+
+
+@pytest.fixture
+def s3(local_cluster):
+    """A boto3 S3 client for the local object store, from the host."""
+    state = local_cluster.state
+    env = object_store.shell_env(state.dir, state.ports.object_store)
+    return boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_DEFAULT_REGION"],
+    )
+
+
+def job_status(api, name: str) -> str:
+    return str(ray_jobs.rayjob(api, NS, name).get("status", {}).get("jobStatus", ""))
+
+
+def wait_done(api, eventually, name: str, timeout: float, seen: dict[str, str]) -> str:
+    """Wait for the RayJob's driver to end; `seen` collects its pods' nodes meanwhile."""
+
+    def ended() -> str:
+        for pod in ray_jobs.pods_of_rayjob(api, NS, name):
+            if pod.spec.node_name:
+                seen[pod.metadata.name] = pod.spec.node_name
+        status = job_status(api, name)
+        return status if status in ("SUCCEEDED", "FAILED", "STOPPED") else ""
+
+    return str(eventually(ended, f"RayJob {name} to end", timeout))
+
+
+def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
+    training, local_cluster, eventually, s3
+) -> None:
+    api = local_cluster.api
+    config_map, job = ray_jobs.example()
+    ray_jobs.apply(api, NS, config_map)
+    name = job["metadata"]["name"]
+    created = ray_jobs.apply(api, NS, job)
+    try:
+        # Kueue's webhook suspended it on the way in: nothing starts before admission
+        assert created["spec"]["suspend"] is True
+
+        def admitted():
+            found = ray_jobs.workload(api, NS, "RayJob", name)
+            return found if ray_jobs.condition(found, "Admitted") else None
+
+        workload = eventually(admitted, "the RayJob's Workload to be admitted", 120)
+        # one Workload for head, workers and submitter, all on the container nodes' flavor
+        assert ray_jobs.flavors(workload) == {
+            "head": {"system"},
+            "cpu": {"system"},
+            "submitter": {"system"},
+        }
+        seen: dict[str, str] = {}
+        status = wait_done(api, eventually, name, FIRST_START_S, seen)
+        log = ray_jobs.submitter_log(api, NS, name)
+        assert status == "SUCCEEDED", log[-3000:]
+
+        head = [p for p in seen if "-head-" in p]
+        workers = [p for p in seen if "-cpu-" in p]
+        assert head and workers, seen
+        assert set(seen.values()) == {"system-000"}, "every pod ran on the container node"
+        assert "trained 40 steps" in log and "checkpoint: s3://checkpoints/train-tiny/" in log
+
+        metrics = json.loads(
+            s3.get_object(Bucket="checkpoints", Key="train-tiny/metrics.json")["Body"].read()
+        )
+        curve = metrics["curve"]
+        assert len(curve) == 40 and curve[-1]["loss"] < curve[0]["loss"] / 2
+        # the gradients were computed on the worker (its pod's hostname), not on the head
+        assert metrics["hosts"] == workers
+        weights = s3.head_object(Bucket="checkpoints", Key="train-tiny/weights.npz")
+        assert weights["ContentLength"] > 0
+
+        eventually(
+            lambda: ray_jobs.condition(ray_jobs.workload(api, NS, "RayJob", name), "Finished"),
+            "Kueue to mark the Workload finished",
+            60,
+        )
+    finally:
+        ray_jobs.delete_rayjob(api, NS, name)
+
+
+def test_a_second_rayjob_waits_whole_until_the_first_finishes(
+    training, local_cluster, eventually
+) -> None:
+    """The team's CPU quota (2 cores) holds one example job (1.1 cores: head, worker and
+    submitter); a second one has quota for its head and worker but not its submitter, so
+    none of its pods is made until the first is done, then all of it is admitted."""
+    api = local_cluster.api
+    config_map, job = ray_jobs.example()
+    ray_jobs.apply(api, NS, config_map)
+    first, second = (ray_jobs.renamed(job, n) for n in ("gang-first", "gang-second"))
+    names = [first["metadata"]["name"], second["metadata"]["name"]]
+    try:
+        ray_jobs.apply(api, NS, first)
+        eventually(
+            lambda: ray_jobs.condition(ray_jobs.workload(api, NS, "RayJob", names[0]), "Admitted"),
+            "the first RayJob to be admitted",
+            120,
+        )
+        ray_jobs.apply(api, NS, second)
+
+        def pending() -> object:
+            found = ray_jobs.workload(api, NS, "RayJob", names[1])
+            conditions = (found or {}).get("status", {}).get("conditions") or []
+            reserved = [c for c in conditions if c["type"] == "QuotaReserved"]
+            return reserved and reserved[0]["status"] == "False" and reserved[0]["message"]
+
+        message = str(eventually(pending, "the second RayJob's Workload to wait for quota", 60))
+        assert "insufficient unused quota" in message and "cpu" in message, message
+
+        waited = 0
+        while job_status(api, names[0]) not in ("SUCCEEDED", "FAILED"):
+            # the whole second job waits: no Ray cluster, no pod, still suspended
+            held = ray_jobs.rayjob(api, NS, names[1])
+            assert held["spec"]["suspend"] is True
+            assert not held.get("status", {}).get("rayClusterName")
+            assert ray_jobs.pods_of_rayjob(api, NS, names[1]) == []
+            time.sleep(2)
+            waited += 2
+            assert waited < FIRST_START_S, "the first RayJob did not end"
+        assert job_status(api, names[0]) == "SUCCEEDED"
+
+        def admitted_whole():
+            found = ray_jobs.workload(api, NS, "RayJob", names[1])
+            return found if ray_jobs.condition(found, "Admitted") else None
+
+        workload = eventually(admitted_whole, "the second RayJob to be admitted", 120)
+        assert set(ray_jobs.flavors(workload)) == {"head", "cpu", "submitter"}
+        seen: dict[str, str] = {}
+        assert wait_done(api, eventually, names[1], 300, seen) == "SUCCEEDED"
+        assert any("-head-" in p for p in seen) and any("-cpu-" in p for p in seen)
+    finally:
+        for name in names:
+            ray_jobs.delete_rayjob(api, NS, name)
+
+
+def refusal(create: Callable[[], object]) -> str:
+    """The API server's message for a create that must be refused."""
+    with pytest.raises(ApiException) as caught:
+        create()
+    assert caught.value.status in (400, 403, 422), caught.value.body
+    body = json.loads(caught.value.body)
+    return str(body["message"])
+
+
+def test_a_rayjob_without_a_queue_label_is_refused_by_the_admission_policy(
+    training, local_cluster
+) -> None:
+    _, job = ray_jobs.example()
+    del job["metadata"]["labels"]
+    message = refusal(lambda: ray_jobs.apply(local_cluster.api, NS, job))
+    assert "gridloop-gpu-jobs-queued" in message
+    assert (
+        "Ray jobs and clusters in team namespaces must name a Kueue LocalQueue: set label "
+        "kueue.x-k8s.io/queue-name"
+    ) in message
+
+
+def test_a_rayjob_with_a_cluster_selector_is_refused_by_kueues_webhook(
+    training, local_cluster
+) -> None:
+    _, job = ray_jobs.example()
+    job["metadata"]["name"] = "selector"
+    job["spec"]["clusterSelector"] = {"ray.io/cluster": "someone-elses"}
+    message = refusal(lambda: ray_jobs.apply(local_cluster.api, NS, job))
+    assert "spec.clusterSelector" in message
+    assert "a kueue managed job should not use an existing cluster" in message
+
+
+def gpu_rayjob(name: str, queue: str) -> dict:
+    """A RayJob whose one worker asks for a node's 8 GPUs (the head asks for none). Its
+    pods land on kwok's simulated GPU nodes: they are marked Running, nothing runs."""
+    pod = {"containers": [{"name": "ray", "image": "rayproject/ray:2.52.0"}]}
+    worker = {"name": "ray-worker", "image": "rayproject/ray:2.52.0"}
+    worker["resources"] = {
+        "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "8"},
+        "limits": {"nvidia.com/gpu": "8"},
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {
+            "entrypoint": "python -c 'import ray; ray.init()'",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "rayVersion": "2.52.0",
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": pod}},
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu",
+                        "replicas": 1,
+                        "minReplicas": 1,
+                        "maxReplicas": 1,
+                        "rayStartParams": {},
+                        "template": {"spec": {"containers": [worker]}},
+                    }
+                ],
+            },
+        },
+    }
+
+
+def test_a_gpu_rayjob_goes_to_the_next_region_when_a_quarantine_lowers_the_quota(
+    training, local_cluster, namespace, sim, eventually, settle, looping
+) -> None:
+    """As batch Jobs do (test_quota_rebalancing): region one's GPU quota follows its
+    healthy GPUs, so a RayJob's GPU worker is admitted in region two. Simulated: the GPU
+    nodes are kwok's and the fault is `gridloop sim`'s; Kueue, the health service's code
+    and KubeRay are real."""
+    service = HealthService(
+        local_cluster.api,
+        connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}"),
+        POLICY,
+        namespace,
+        log=print,
+    )
+    settle(service)
+    team = TeamQueues(local_cluster.api, namespace, f"rt{uuid.uuid4().hex[:4]}")
+    try:
+        team.create(QUOTA)
+        looping(service)
+        # region one: six of its eight nodes busy (48 GPUs held by 8-GPU Jobs)
+        names = [f"busy-{i}" for i in range(6)]
+        for name in names:
+            team.submit(name)
+        placed = team.wait_placed(names)
+        assert {p.flavor for p in placed.values()} == {team.flavor_of("us-east")}
+        core = local_cluster.core
+        eventually(
+            lambda: len([p for p in core.list_namespaced_pod(namespace).items
+                         if p.spec.node_name]) == 6,
+            "the six Jobs' pods to be scheduled",
+        )  # fmt: skip
+        busy = {p.spec.node_name for p in core.list_namespaced_pod(namespace).items}
+        idle = sorted(
+            n.metadata.name
+            for n in core.list_node(label_selector="gridloop.io/site=us-east").items
+            if n.metadata.name not in busy
+        )
+        assert len(idle) == 2
+        # its two idle nodes lose a GPU each: quarantined, region one's quota drops to 48
+        for node in idle:
+            sim("--node", node, "--gpu", "0", "--xid", "79")
+        eventually(lambda: team.quota("us-east") == 48, "us-east's quota to drop by 16", 60)
+
+        job = gpu_rayjob("gpu-rayjob", "default")
+        created = ray_jobs.apply(local_cluster.api, namespace, job)
+        assert created["spec"]["suspend"] is True
+
+        def admitted():
+            found = ray_jobs.workload(local_cluster.api, namespace, "RayJob", "gpu-rayjob")
+            return found if ray_jobs.condition(found, "Admitted") else None
+
+        workload = eventually(admitted, "the GPU RayJob to be admitted", 60)
+        flavors = ray_jobs.flavors(workload)
+        # the worker's GPUs in region two: region one's quota is full with its bad nodes out
+        assert flavors["gpu"] == {team.flavor_of("eu-west")}
+        cluster_name = eventually(
+            lambda: (
+                ray_jobs.rayjob(local_cluster.api, namespace, "gpu-rayjob")
+                .get("status", {})
+                .get("rayClusterName")
+            ),
+            "KubeRay to make the job's Ray cluster",
+            60,
+        )
+        worker_nodes = eventually(
+            lambda: {
+                p.spec.node_name
+                for p in ray_jobs.cluster_pods(local_cluster.api, namespace, str(cluster_name))
+                if "-gpu-" in p.metadata.name and p.spec.node_name
+            },
+            "the GPU worker pod to be scheduled",
+            60,
+        )
+        assert all(str(n).startswith("eu-west-h100-") for n in worker_nodes), worker_nodes
+    finally:
+        ray_jobs.delete_rayjob(local_cluster.api, namespace, "gpu-rayjob")
+        team.delete()
