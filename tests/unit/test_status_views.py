@@ -357,3 +357,70 @@ def test_the_inference_view_says_which_revision_serves_and_why_the_new_one_is_st
     assert stuck.cells[-3:-1] == ("r3", "r2")
     assert stuck.cells[-1].startswith("r3 stuck: no weights at s3://models/tiny/r3/")
     assert stuck.alert, "a stuck revision needs attention even with every replica ready"
+
+
+def _workload(name: str, conditions: list[dict], admission: dict | None = None) -> dict:
+    status: dict = {"conditions": conditions}
+    if admission:
+        status["admission"] = admission
+    return {
+        "metadata": {
+            "name": f"rayjob-{name}-1a2b3",
+            "namespace": "team-default",
+            "creationTimestamp": "2026-12-03T08:00:00Z",
+            "ownerReferences": [{"kind": "RayJob", "name": name}],
+        },
+        "spec": {"queueName": "default"},
+        "status": status,
+    }
+
+
+def test_a_workload_is_shown_as_its_job_pending_admitted_or_finished_in_kueues_words():
+    waiting = collecting.queued_job(
+        _workload(
+            "second",
+            [
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "message": "couldn't assign flavors to pod set submitter: insufficient "
+                    "unused quota for cpu in flavor system, 400m more needed",
+                }
+            ],
+        )
+    )
+    assert (waiting.kind, waiting.name, waiting.state) == ("RayJob", "second", "pending")
+    assert "insufficient unused quota for cpu" in waiting.why
+    assignments = {
+        "podSetAssignments": [
+            {"name": "head", "flavors": {"cpu": "system", "memory": "system"}},
+            {"name": "cpu", "flavors": {"cpu": "system"}},
+        ]
+    }
+    reserved = {"type": "QuotaReserved", "status": "True", "message": "Quota reserved"}
+    admitted = {"type": "Admitted", "status": "True", "message": "admitted"}
+    running = collecting.queued_job(_workload("first", [reserved, admitted], assignments))
+    assert (running.state, running.flavors, running.why) == ("admitted", ("system",), "")
+    done = {"type": "Finished", "status": "True", "message": "Job finished successfully"}
+    finished = collecting.queued_job(_workload("first", [reserved, admitted, done], assignments))
+    assert (finished.state, finished.why) == ("finished", "Job finished successfully")
+
+
+def test_the_queues_view_lists_each_queues_jobs_under_it():
+    job = collecting.queued_job(
+        _workload(
+            "train-tiny",
+            [{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}],
+            {"podSetAssignments": [{"name": "head", "flavors": {"cpu": "system"}}]},
+        )
+    )
+    queue = Queue("default", "gridloop", (FlavorQuota("system", 0, 0),), jobs=(job,))
+    snap = Snapshot(taken_at=1796284860.0, queues=(queue,))  # 2026-12-03T08:01:00Z
+    text = printing.as_table(snap, ["queues"])
+    jobs = text.split("JOBS\n", 1)[1].splitlines()
+    assert jobs[0].split() == ["JOB", "NAMESPACE", "CLUSTERQUEUE", "STATE", "FLAVORS", "AGE", "WHY"]
+    assert jobs[1].split() == [
+        "RayJob/train-tiny", "team-default", "default", "admitted", "system", "60s", "-"
+    ]  # fmt: skip
+    detail = dict(views.queue_detail(snap, "default"))
+    assert detail["RayJob team-default/train-tiny"] == "admitted in system, 60s old"

@@ -44,6 +44,7 @@ from gridloop.status.snapshot import (
     Model,
     Node,
     Queue,
+    QueuedJob,
     Sandbox,
     SandboxPod,
     Snapshot,
@@ -136,7 +137,50 @@ def pod_gpus(obj: dict[str, Any]) -> tuple[str, int] | None:
     return (node, gpus) if gpus else None
 
 
-def queue_row(obj: dict[str, Any], local_queues: tuple[str, ...] = ()) -> Queue:
+def _true(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    return next(
+        (c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None
+    )
+
+
+def queued_job(obj: dict[str, Any]) -> QueuedJob:
+    """A Workload as the Queues view shows it: the job it stands for (its owner), and
+    where Kueue has it, in Kueue's own words."""
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    owner: dict[str, Any] = next(iter(meta.get("ownerReferences") or ()), {})
+    conditions = list(status.get("conditions") or ())
+    finished, evicted = _true(conditions, "Finished"), _true(conditions, "Evicted")
+    admitted, reserved = _true(conditions, "Admitted"), _true(conditions, "QuotaReserved")
+    if finished:
+        state, why = "finished", str(finished.get("message") or "")
+    elif admitted:
+        state, why = "admitted", ""
+    elif reserved:
+        state, why = "reserved", str(reserved.get("message") or "")
+    elif evicted:
+        state, why = "evicted", str(evicted.get("message") or "")
+    else:
+        waiting: dict[str, Any] = next(
+            (c for c in conditions if c.get("type") == "QuotaReserved"), {}
+        )
+        state, why = "pending", str(waiting.get("message") or "")
+    assignments = (status.get("admission") or {}).get("podSetAssignments") or ()
+    flavors = sorted({f for a in assignments for f in (a.get("flavors") or {}).values()})
+    return QueuedJob(
+        namespace=str(meta.get("namespace") or ""),
+        kind=str(owner.get("kind") or "Workload"),
+        name=str(owner.get("name") or meta["name"]),
+        local_queue=str(spec.get("queueName") or ""),
+        state=state,
+        flavors=tuple(flavors),
+        why=why,
+        created=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+def queue_row(
+    obj: dict[str, Any], local_queues: tuple[str, ...] = (), jobs: tuple[QueuedJob, ...] = ()
+) -> Queue:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     notes = obj["metadata"].get("annotations") or {}
     try:
@@ -177,6 +221,7 @@ def queue_row(obj: dict[str, Any], local_queues: tuple[str, ...] = ()) -> Queue:
         active=active,
         manual=notes.get(MANUAL, ""),
         local_queues=local_queues,
+        jobs=jobs,
     )
 
 
@@ -688,8 +733,21 @@ class Collector:
         cqs = self.custom.list_cluster_custom_object(
             group, version, "clusterqueues", _request_timeout=TIMEOUT
         )
+        workloads = self.custom.list_cluster_custom_object(
+            group, version, "workloads", _request_timeout=TIMEOUT
+        )
+        cq_of = {lq: cq for cq, lqs in by_cq.items() for lq in lqs}
+        jobs: dict[str, list[QueuedJob]] = {}
+        for w in workloads.get("items", []):
+            job = queued_job(w)
+            cq = cq_of.get(f"{job.namespace}/{job.local_queue}", "")
+            jobs.setdefault(cq, []).append(job)
         return tuple(
-            queue_row(cq, tuple(sorted(by_cq.get(cq["metadata"]["name"], ()))))
+            queue_row(
+                cq,
+                tuple(sorted(by_cq.get(cq["metadata"]["name"], ()))),
+                tuple(sorted(jobs.get(cq["metadata"]["name"], ()), key=lambda j: j.created)),
+            )
             for cq in sorted(cqs.get("items", []), key=lambda o: o["metadata"]["name"])
         )
 

@@ -91,7 +91,31 @@ def as_table(snapshot: Snapshot, chosen: Sequence[str], filter_text: str = "") -
             lines.append(f"  ({f'no rows match {filter_text!r}' if table.rows else table.empty})")
             continue
         lines += _aligned([c.title for c in table.columns], [r.cells for r in rows])
+        if view == "queues":
+            lines += _jobs(snapshot, {r.key for r in rows})
     return "\n".join(lines) + "\n"
+
+
+def _jobs(snapshot: Snapshot, queues: set[str]) -> list[str]:
+    """Under the queues, the jobs Kueue holds for them (the shown queues' Workloads)."""
+    rows = [
+        (
+            f"{job.kind}/{job.name}",
+            job.namespace,
+            q.name,
+            job.state,
+            ",".join(job.flavors) or "-",
+            views.job_age(job, snapshot.taken_at),
+            job.why or "-",
+        )
+        for q in snapshot.queues
+        if q.name in queues
+        for job in q.jobs
+    ]
+    if not rows:
+        return []
+    header = ["JOB", "NAMESPACE", "CLUSTERQUEUE", "STATE", "FLAVORS", "AGE", "WHY"]
+    return ["", "JOBS", *_aligned(header, rows)]
 
 
 def _aligned(header: list[str], rows: Sequence[tuple[str, ...]]) -> list[str]:

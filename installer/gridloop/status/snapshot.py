@@ -59,6 +59,20 @@ class FlavorQuota:
 
 
 @dataclass(frozen=True)
+class QueuedJob:
+    """One Kueue Workload, named for the job it stands for (a RayJob, a batch Job, ...)."""
+
+    namespace: str
+    kind: str  # the job's kind
+    name: str  # the job's name
+    local_queue: str
+    state: str  # pending | reserved | admitted | evicted | finished
+    flavors: tuple[str, ...] = ()  # the flavors it was admitted in
+    why: str = ""  # Kueue's own words: why it waits, why it was evicted, how it ended
+    created: str = ""  # the Workload's creationTimestamp
+
+
+@dataclass(frozen=True)
 class Queue:
     name: str
     cohort: str
@@ -69,6 +83,7 @@ class Queue:
     active: bool = True
     manual: str = ""  # quota.gridloop.io/manual, as written
     local_queues: tuple[str, ...] = ()  # "namespace/name"
+    jobs: tuple[QueuedJob, ...] = ()  # its Workloads, oldest first
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from gridloop.status.snapshot import (
     Event,
     Node,
     Queue,
+    QueuedJob,
     Sandbox,
     SandboxPod,
     Snapshot,
@@ -477,6 +478,10 @@ def node_detail(snapshot: Snapshot, name: str) -> list[tuple[str, str]]:
     return lines
 
 
+def job_age(job: QueuedJob, now: float) -> str:
+    return _age(job.created, now)
+
+
 def queue_detail(snapshot: Snapshot, name: str) -> list[tuple[str, str]]:
     queue = next((q for q in snapshot.queues if q.name == name), None)
     if queue is None:
@@ -499,6 +504,13 @@ def queue_detail(snapshot: Snapshot, name: str) -> list[tuple[str, str]]:
         )
     if queue.manual:
         lines.append(("manual quota", queue.manual))
+    for job in queue.jobs:
+        where = f" in {', '.join(job.flavors)}" if job.flavors else ""
+        why = f": {job.why}" if job.why else ""
+        age = job_age(job, snapshot.taken_at)
+        lines.append(
+            (f"{job.kind} {job.namespace}/{job.name}", f"{job.state}{where}, {age} old{why}")
+        )
     lines += [
         ("event", f"{_age(e.time, snapshot.taken_at)} {e.reason}: {e.message}")
         for e in sorted(snapshot.events, key=lambda e: e.time, reverse=True)
