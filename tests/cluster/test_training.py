@@ -11,6 +11,8 @@ object store (versitygw).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ import pytest
 import ray_jobs
 from kubernetes.client.rest import ApiException
 from kueue_scenario import POLICY, QUOTA, TeamQueues
-from platform_install import installed_platform
+from platform_install import GRIDLOOP, installed_platform
 
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
@@ -158,6 +160,10 @@ def test_a_second_rayjob_waits_whole_until_the_first_finishes(
 
         message = str(eventually(pending, "the second RayJob's Workload to wait for quota", 60))
         assert "insufficient unused quota" in message and "cpu" in message, message
+        shown = queue_jobs(local_cluster)
+        assert shown["RayJob/gang-first"][:2] == ["admitted", "system"], shown
+        assert shown["RayJob/gang-second"][0] == "pending", shown
+        assert "insufficient unused quota" in " ".join(shown["RayJob/gang-second"]), shown
 
         waited = 0
         while job_status(api, names[0]) not in ("SUCCEEDED", "FAILED"):
@@ -180,9 +186,36 @@ def test_a_second_rayjob_waits_whole_until_the_first_finishes(
         seen: dict[str, str] = {}
         assert wait_done(api, eventually, names[1], 300, seen) == "SUCCEEDED"
         assert any("-head-" in p for p in seen) and any("-cpu-" in p for p in seen)
+        shown = eventually(
+            lambda: (
+                (jobs := queue_jobs(local_cluster))
+                and jobs.get("RayJob/gang-second", [""])[0] == "finished"
+                and jobs
+            ),
+            "gridloop status to show the second job finished",
+            60,
+        )
+        assert shown["RayJob/gang-first"][0] == "finished", shown
     finally:
         for name in names:
             ray_jobs.delete_rayjob(api, NS, name)
+
+
+def queue_jobs(local_cluster) -> dict[str, list[str]]:
+    """`gridloop status --once --view queues`'s JOBS table: job -> STATE, FLAVORS, ... WHY."""
+    env = {**os.environ, "KUBECONFIG": str(local_cluster.kubeconfig)}
+    done = subprocess.run(
+        [GRIDLOOP, "status", "--once", "--view", "queues"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    _, _, jobs = done.stdout.partition("\nJOBS\n")
+    rows = [line.split() for line in jobs.splitlines()[1:] if line.strip()]
+    # JOB NAMESPACE CLUSTERQUEUE STATE FLAVORS AGE WHY...
+    return {row[0]: [row[3], row[4], *row[5:]] for row in rows if row[1] == NS}
 
 
 def refusal(create: Callable[[], object]) -> str:
