@@ -5,6 +5,7 @@ RayCluster, the pods, the submitter's log)."""
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +64,28 @@ def rayjob(api: client.ApiClient, namespace: str, name: str) -> Doc:
     return found
 
 
-def delete_rayjob(api: client.ApiClient, namespace: str, name: str) -> None:
+def delete_rayjob(api: client.ApiClient, namespace: str, name: str, timeout: float = 120) -> None:
+    """Delete the RayJob and wait until it is gone: KubeRay's finalizer on it needs the
+    operator, so a test must not uninstall the chart while one is still being deleted
+    (its namespace would then never go)."""
+    custom = client.CustomObjectsApi(api)
     try:
-        client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        custom.delete_namespaced_custom_object(
             *RAY, namespace, "rayjobs", name, propagation_policy="Foreground"
         )
     except ApiException as err:
         if err.status != 404:
             raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            custom.get_namespaced_custom_object(*RAY, namespace, "rayjobs", name)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        time.sleep(0.5)
+    raise AssertionError(f"RayJob {namespace}/{name} still there {timeout:.0f}s after delete")
 
 
 def workload(api: client.ApiClient, namespace: str, kind: str, name: str) -> Doc | None:

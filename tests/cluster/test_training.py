@@ -135,9 +135,10 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
 def test_a_second_rayjob_waits_whole_until_the_first_finishes(
     training, local_cluster, eventually
 ) -> None:
-    """The team's CPU quota (2 cores) holds one example job (1.1 cores: head, worker and
-    submitter); a second one has quota for its head and worker but not its submitter, so
-    none of its pods is made until the first is done, then all of it is admitted."""
+    """The team's CPU quota (2 cores) holds one example job (1100m: head 600m, worker
+    300m, submitter 200m); a second one has quota for its head and worker (900m left) but
+    not its submitter, so none of its pods is made until the first is done, then all of
+    it is admitted."""
     api = local_cluster.api
     config_map, job = ray_jobs.example()
     ray_jobs.apply(api, NS, config_map)

@@ -334,6 +334,20 @@ RECIPES: tuple[Recipe, ...] = (
         ldflags=lambda comp: [],
         debian_files={"libnuma.so.1": "usr/lib/x86_64-linux-gnu/libnuma.so.1"},
     ),
+    # for the Ray image (images/locked_images.py): GNU wget, which KubeRay's probes run,
+    # and libpsl, the one library of it the image base lacks
+    Recipe(
+        component="wget",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={"wget": "usr/bin/wget"},
+    ),
+    Recipe(
+        component="libpsl",
+        binaries={},
+        ldflags=lambda comp: [],
+        debian_files={"libpsl.so.5": "usr/lib/x86_64-linux-gnu/libpsl.so.5"},
+    ),
     Recipe(
         component="prometheus",
         binaries={},

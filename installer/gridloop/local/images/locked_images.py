@@ -134,9 +134,9 @@ RAY = LockedImage(
     name="ray",
     component="ray",
     own_files=("Containerfile", "requirements.txt"),
-    # Debian's static busybox (recipes.py), for the `wget` KubeRay's probes run
-    binaries=("busybox",),
-    needs=("busybox", "runc"),
+    # Debian's GNU wget and its libpsl (recipes.py), for KubeRay's probes
+    binaries=("wget", "libpsl.so.5"),
+    needs=("wget", "libpsl", "runc"),
     why="Ray with its dashboard and job server, as KubeRay runs it (the training tests)",
 )
 IMAGES = (VLLM_CPU, RAY)
