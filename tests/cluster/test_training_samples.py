@@ -13,9 +13,15 @@ Kueue's own `ray-job-sample` is not here: its site/ folder, where that sample li
 not in Kueue's Go module (v0.17.1's zip has apis, charts, cmd, config, ... and no site/),
 and copying it into this repository is not allowed; docs/training.md says so.
 
-The sample's driver prints `ray.cluster_resources()` once a second for 600 seconds, by
-design; the test reads its first lines (the two nodes' CPUs together) and does not wait
-the ten minutes for it to end.
+What this cluster shows of it: Kueue admits it whole, its head and worker run on the
+container nodes, and its submitter does not. The sample leaves the submitter to KubeRay's
+default, and Kueue v0.17.1 gives the admitted flavor's nodeSelector and tolerations only
+to a `submitterPodTemplate` the RayJob has (with none, it edits a default template that
+is thrown away), so the submitter pod goes wherever the scheduler puts it: here a
+simulated GPU node (kwok, which runs nothing), since the container nodes are tainted. The
+sample then never submits its driver and does not complete; the test pins that, so a
+Kueue that fixes it shows here. examples/training/rayjob.yaml writes its submitter out
+and completes (test_training.py).
 """
 
 from __future__ import annotations
@@ -81,7 +87,7 @@ def kuberay_sample() -> dict:
     return dict(sample)
 
 
-def test_kuberays_kueue_sample_is_admitted_whole_and_runs_on_the_container_nodes(
+def test_kuberays_kueue_sample_is_admitted_whole_but_its_default_submitter_is_not_placed(
     two_nodes, local_cluster, eventually
 ) -> None:
     api = local_cluster.api
@@ -103,19 +109,34 @@ def test_kuberays_kueue_sample_is_admitted_whole_and_runs_on_the_container_nodes
             "submitter": {"system"},
         }
 
-        def printing() -> str:
-            try:
-                log = ray_jobs.submitter_log(api, NS, name)
-            except Exception:  # the submitter is not started yet
-                return ""
-            return log if "iter: 2," in log else ""
+        cluster_name = eventually(
+            lambda: ray_jobs.rayjob(api, NS, name).get("status", {}).get("rayClusterName"),
+            "KubeRay to make the sample's Ray cluster",
+            60,
+        )
 
-        log = str(eventually(printing, "the sample's driver to print three iterations", 600))
-        # the driver sees the head's and the worker's CPU: the whole cluster came up
-        assert "'CPU': 2.0" in log, log[-2000:]
-        pods = ray_jobs.pods_of_rayjob(api, NS, name)
-        nodes = {p.spec.node_name for p in pods}
-        assert nodes <= {"system-000", "system-001"}, nodes
-        assert {p.status.phase for p in pods} == {"Running"}
+        def cluster_running() -> list:
+            pods = ray_jobs.cluster_pods(api, NS, str(cluster_name))
+            ready = [p for p in pods if p.status.phase == "Running"]
+            return ready if len(ready) == 2 else []
+
+        pods = eventually(cluster_running, "the sample's head and worker to run", 600)
+        # head and worker on the container nodes, with the flavor's selector and toleration
+        assert {p.spec.node_name for p in pods} <= {"system-000", "system-001"}
+        for pod in pods:
+            assert (pod.spec.node_selector or {}).get("gridloop.io/pool") == "system"
+
+        def submitter_pods() -> list:
+            return [
+                p
+                for p in ray_jobs.pods_of_rayjob(api, NS, name)
+                if (p.metadata.labels or {}).get("batch.kubernetes.io/job-name") == name
+                and p.spec.node_name
+            ]
+
+        (submitter,) = eventually(submitter_pods, "the sample's submitter pod to be placed", 120)
+        # KubeRay's default submitter got nothing from the flavor: not kept to its nodes
+        assert "gridloop.io/pool" not in (submitter.spec.node_selector or {})
+        assert not str(submitter.spec.node_name).startswith("system-"), submitter.spec.node_name
     finally:
         ray_jobs.delete_rayjob(api, NS, name)

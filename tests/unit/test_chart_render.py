@@ -343,7 +343,9 @@ def test_kueue_objects_follow_the_default_fleet(render: Render, tmp_path: Path) 
 
 
 @needs_helm
-def test_container_nodes_are_a_cpu_flavor_split_across_teams(render: Render, tmp_path: Path) -> None:
+def test_container_nodes_are_a_cpu_flavor_split_across_teams(
+    render: Render, tmp_path: Path
+) -> None:
     fleet = fleet_values(DEFAULT_FLEET)
     fleet["fleet"]["containerNodes"] = {"nodes": 2, "cpuCores": 3, "memoryGi": 5}
     teams = [

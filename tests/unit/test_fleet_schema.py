@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from gridloop.fleet import GPU_MODELS, ContainerNodes, FleetError, load_fleet, parse_fleet
-from gridloop.fleet import schema
+from gridloop.fleet import GPU_MODELS, ContainerNodes, FleetError, load_fleet, parse_fleet, schema
 from gridloop.fleet.schema import SERVICE_RANGE, SIMULATED_POD_RANGE
 from gridloop.local import flags
 
@@ -395,7 +394,7 @@ def test_the_charts_schema_bounds_the_container_node_quota_as_the_fleet_schema_d
         1,
         schema.MAX_CONTAINER_MEMORY_GI,
     )
-    fleet_tpl = (Path(__file__).resolve().parents[2] / "charts/gridloop/templates/_fleet.tpl")
+    fleet_tpl = Path(__file__).resolve().parents[2] / "charts/gridloop/templates/_fleet.tpl"
     text = fleet_tpl.read_text()
     assert f"(.cpuCores | default {schema.DEFAULT_CONTAINER_CPU_CORES})" in text
     assert f"(.memoryGi | default {schema.DEFAULT_CONTAINER_MEMORY_GI})" in text
