@@ -67,7 +67,7 @@ test: lint setup host-packages
 	$(BIN)/pytest --durations=30
 
 # what runs on a fresh clone with no build: not the cluster tests, nor the tests that run
-# the built helm, helm3, kubectl, trivy or promtool (marked needs_binaries)
+# the built helm, helm3, kubectl, trivy-k8s-config or promtool (marked needs_binaries)
 test-unit: setup
 	$(BIN)/pytest -m "not cluster and not needs_binaries"
 

@@ -1,7 +1,7 @@
 """Test harness: one real local cluster per test run, one namespace per test.
 
 Unit tests (tests/unit) need nothing, except those marked `needs_binaries`: they
-run binaries `gridloop local build` builds into the cache (helm, kubectl, trivy...).
+run binaries `gridloop local build` builds into the cache (helm, kubectl, trivy-k8s-config...).
 `make test-unit` leaves them out; run without the build, they fail at setup naming
 what is missing, so a missing binary is never a skip counted as passing.
 

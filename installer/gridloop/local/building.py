@@ -177,10 +177,14 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         shim = src / "cmd" / name
         shim.mkdir(parents=True, exist_ok=True)
         (shim / "main.go").write_text(_shim_source(pkg))
+    for name, source in recipe.mains.items():
+        main = src / "cmd" / name
+        main.mkdir(parents=True, exist_ok=True)
+        (main / "main.go").write_text(source)
     _run([go, "mod", "tidy"], src, log, env, f"{what}: resolving modules")
     overlay = _write_overlay(recipe, comp, module_dir, folder)
 
-    targets = {name: f"./cmd/{name}" for name in recipe.shims} | recipe.binaries
+    targets = {name: f"./cmd/{name}" for name in [*recipe.shims, *recipe.mains]} | recipe.binaries
     for name, pkg in targets.items():
         report(Progress(comp.name, comp.version, name, "building", log=log))
         start = time.monotonic()

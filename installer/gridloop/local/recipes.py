@@ -7,8 +7,10 @@ version variables set so `kubectl version` and `--version` report the release.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gridloop import versions
 from gridloop.local.gomod import staging_version
@@ -27,6 +29,9 @@ class Recipe:
     # binary name -> package whose Main(os.Args) a generated main.go calls, for
     # upstream modules that ship the entrypoint but not a main package
     shims: dict[str, str] = field(default_factory=dict)
+    # binary name -> Go source of a main package of gridloop's own, built against the
+    # upstream module (the build writes it to cmd/<name>/main.go beside the wrapper)
+    mains: dict[str, str] = field(default_factory=dict)
     # version to pin each module the upstream go.mod replaced with a local folder
     pin: Callable[[Component, str], str] = lambda comp, _module: comp.version
     # for a Debian package: binary name -> path inside the package
@@ -37,6 +42,7 @@ class Recipe:
     experiments: tuple[str, ...] = ()
     # the cache folder's name, when one component is built by several recipes (the
     # kubernetes module gives the control plane, the node binaries and the pause program)
+    # or into something else than its own program (trivy's gives trivy-k8s-config)
     cache: str = ""
     # for C programs in the module: binary name -> source file, built with gcc -static
     c_programs: dict[str, str] = field(default_factory=dict)
@@ -50,6 +56,10 @@ class Recipe:
         parts = [comp.version, comp.module, *sorted(self.binaries.items())]
         parts += [*sorted(self.c_programs.items()), *self.cflags(comp)]
         parts += [*self.tags, *self.ldflags(comp), *sorted(self.shims.items())]
+        parts += [
+            f"{name}={hashlib.sha256(source.encode()).hexdigest()}"
+            for name, source in sorted(self.mains.items())
+        ]
         parts += [comp.debian, *sorted(self.debian_files.items())]
         parts += [patch.fingerprint() for patch in self.patches]
         parts += [f"GOEXPERIMENT={','.join(self.experiments)}"] if self.experiments else []
@@ -156,6 +166,19 @@ GVISOR_PATCHES: tuple[SourcePatch, ...] = (
         why="the shim's OOM score: a permission error is not fatal",
     ),
 )
+
+
+# The chart's security scan (tests/unit/test_chart_security.py) runs Trivy's Kubernetes
+# misconfiguration checks, nothing else of Trivy: `trivy config` on rendered manifests.
+# The whole CLI (image, SBOM, cloud and VM scanners, every cloud SDK: over 3000 Go
+# packages) took ten minutes of a cold build for that, so the build makes a small main
+# package of its own instead, trivy-k8s-config, on Trivy's own scanner packages at the
+# pinned version: its Kubernetes scanner and Rego engine with the trivy-checks bundle the
+# module embeds (about 740 packages). It loads the checks as `trivy config
+# --skip-check-update` does, and prints the fields of `trivy config --format=json`.
+TRIVY_K8S_CONFIG = "trivy-k8s-config"
+# its source, beside this module (package data: the wheel carries it)
+TRIVY_K8S_CONFIG_MAIN = (Path(__file__).parent / "trivy_k8s_config.go").read_text()
 
 PAUSE_SOURCE = "build/pause/linux/pause.c"
 PAUSE_MAKEFILE = "build/pause/Makefile"
@@ -317,9 +340,13 @@ RECIPES: tuple[Recipe, ...] = (
         binaries={"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
         ldflags=lambda comp: [],
     ),
+    # Trivy's Kubernetes misconfiguration scan alone (TRIVY_K8S_CONFIG_MAIN), in a cache
+    # folder of its own: the binary is not Trivy's CLI
     Recipe(
         component="trivy",
-        binaries={"trivy": "github.com/aquasecurity/trivy/cmd/trivy"},
+        cache=TRIVY_K8S_CONFIG,
+        binaries={},
+        mains={TRIVY_K8S_CONFIG: TRIVY_K8S_CONFIG_MAIN},
         # its checks (trivy-checks) are embedded at build time: scans need no download
         # encoding/json/v2, as Trivy's own release build (goreleaser) enables it
         experiments=("jsonv2",),
@@ -358,7 +385,13 @@ RECIPES: tuple[Recipe, ...] = (
 
 
 def binary_names(recipe: Recipe) -> list[str]:
-    return [*recipe.shims, *recipe.binaries, *recipe.debian_files, *recipe.c_programs]
+    return [
+        *recipe.shims,
+        *recipe.mains,
+        *recipe.binaries,
+        *recipe.debian_files,
+        *recipe.c_programs,
+    ]
 
 
 def recipe_for(name: str) -> Recipe:
