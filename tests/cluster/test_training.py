@@ -229,13 +229,42 @@ def refusal(create: Callable[[], object]) -> str:
     return str(body["message"])
 
 
-def test_a_rayjob_without_a_queue_label_is_refused_by_the_admission_policy(
-    training, local_cluster
+def test_a_rayjob_without_a_queue_label_goes_to_the_teams_default_queue(
+    training, local_cluster, eventually
 ) -> None:
+    """Kueue v0.17 defaults a job's queue to the namespace's LocalQueue "default"
+    (LocalQueueDefaulting, GA and locked on), and the chart makes one in each team
+    namespace: an unlabelled RayJob there is queued, not run past the quota, and the
+    admission policy, which runs after Kueue's mutating webhook, sees it labelled."""
     _, job = ray_jobs.example()
     del job["metadata"]["labels"]
-    message = refusal(lambda: ray_jobs.apply(local_cluster.api, NS, job))
-    assert "gridloop-gpu-jobs-queued" in message
+    job["metadata"]["name"] = "unlabelled"
+    job["spec"]["suspend"] = True  # queued and left waiting: this test needs no cluster
+    try:
+        created = ray_jobs.apply(local_cluster.api, NS, job)
+        assert created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+        assert created["spec"]["suspend"] is True
+        eventually(
+            lambda: ray_jobs.workload(local_cluster.api, NS, "RayJob", "unlabelled"),
+            "Kueue to make its Workload",
+            60,
+        )
+    finally:
+        ray_jobs.delete_rayjob(local_cluster.api, NS, "unlabelled")
+
+
+def test_a_rayjob_without_a_queue_in_a_team_namespace_is_refused_by_the_policy(
+    training, local_cluster, namespace
+) -> None:
+    """Where no default queue exists (a team namespace whose LocalQueue is not named
+    "default"), nothing sets the label, and gridloop's policy refuses the RayJob."""
+    local_cluster.core.patch_namespace(
+        namespace, {"metadata": {"labels": {"gridloop.io/team": "default"}}}
+    )
+    _, job = ray_jobs.example()
+    del job["metadata"]["labels"]
+    message = refusal(lambda: ray_jobs.apply(local_cluster.api, namespace, job))
+    assert "-gpu-jobs-queued" in message
     assert (
         "Ray jobs and clusters in team namespaces must name a Kueue LocalQueue: set label "
         "kueue.x-k8s.io/queue-name"
