@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO / "tests" / "cluster"))
 import ray_jobs  # noqa: E402
 
 TEAM = ray_jobs.TEAM_NAMESPACE
-BENCH_NS = "bench-training"
+BENCH_NS = f"bench-training-{os.getpid()}"
 QUEUE = "bench-admission"
 KUEUE = ray_jobs.KUEUE
 SMALL = {"requests": {"cpu": "100m", "memory": "64Mi"}}
@@ -176,32 +176,30 @@ class Bench:
             "metadata": {"name": QUEUE, "namespace": BENCH_NS},
             "spec": {"clusterQueue": QUEUE},
         }
-        for plural, doc, namespaced in (
-            ("clusterqueues", cluster_queue, False),
-            ("localqueues", local_queue, True),
-        ):
-            try:
-                if namespaced:
-                    self.custom.create_namespaced_custom_object(*KUEUE, BENCH_NS, plural, doc)
-                else:
-                    self.custom.create_cluster_custom_object(*KUEUE, plural, doc)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
+        self.custom.create_cluster_custom_object(*KUEUE, "clusterqueues", cluster_queue)
+        self.custom.create_namespaced_custom_object(*KUEUE, BENCH_NS, "localqueues", local_queue)
+
+        def active() -> bool:
+            queue = self.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", QUEUE)
+            conditions = queue.get("status", {}).get("conditions") or []
+            return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+        wait(active, "the bench's ClusterQueue to be active", 60, 0.2)
 
     def drop_queue(self) -> None:
-        self.core.delete_namespace(BENCH_NS)
-        wait(
-            lambda: BENCH_NS not in {n.metadata.name for n in self.core.list_namespace().items},
-            "the bench namespace gone",
-            300,
-            0.5,
-        )
-        try:
-            self.custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", QUEUE)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        """The queues, then the namespace (not waited for: it goes once its objects have)."""
+        for delete in (
+            lambda: self.custom.delete_namespaced_custom_object(
+                *KUEUE, BENCH_NS, "localqueues", QUEUE
+            ),
+            lambda: self.custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", QUEUE),
+            lambda: self.core.delete_namespace(BENCH_NS),
+        ):
+            try:
+                delete()
+            except ApiException as err:
+                if err.status != 404:
+                    raise
 
     def small_rayjob(self, name: str) -> dict[str, Any]:
         container = {"name": "ray", "image": "rayproject/ray:2.52.0", "resources": SMALL}
