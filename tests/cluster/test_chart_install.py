@@ -114,7 +114,10 @@ def _gpu_quotas(queue: dict[str, Any]) -> dict[str, str]:
 
 
 def _pool_gpus(fleet: dict[str, Any]) -> dict[str, str]:
-    return {
+    """flavor -> its GPUs: one per GPU pool, and the container nodes' CPU pool "system"
+    (no GPU) when the fleet has containerNodes."""
+    cpu_pool = {"system": "0"} if "containerNodes" in fleet else {}
+    return cpu_pool | {
         f"{site['name']}-{pool['name']}": str(pool["nodes"] * pool["gpusPerNode"])
         for site in fleet["sites"]
         for pool in site["pools"]

@@ -71,7 +71,8 @@ def test_the_local_cluster_is_ready_for_the_local_profile(setup: Setup) -> None:
     found = _checks(result)
     assert {c["status"] for c in found.values()} == {"pass"}, found
     assert found["gpu-nodes"]["detail"] == "24 GPU nodes, 192 GPUs"
-    assert found["gpu-labels"]["detail"] == "every one of 4 Kueue flavors has nodes"
+    # the four GPU pools and the container node's CPU pool
+    assert found["gpu-labels"]["detail"] == "every one of 5 Kueue flavors has nodes"
     # no Kueue runs beside the control plane: the chart brings its own, as a pod
     assert found["kueue"]["detail"] == "installed by this chart (Kueue v0.17.1)"
 

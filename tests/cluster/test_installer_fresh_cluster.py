@@ -308,7 +308,7 @@ def test_uninstall_removes_the_workloads_and_keeps_crds_and_user_resources(fresh
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"✓ release {RELEASE} uninstalled" in said(result)
-    assert "✓ kept 18 CRDs and 1 custom resources not from the release" in said(result)
+    assert "✓ kept 19 CRDs and 1 custom resources not from the release" in said(result)
     assert (
         "✓ kept namespaces agent-sandbox-system, agents, team-default and what is in them"
         in said(result)
@@ -333,7 +333,7 @@ def test_purge_refuses_while_user_resources_exist_and_asks_for_confirmation(fres
     )
     assert unconfirmed.returncode == 5
     assert unconfirmed.stderr.strip() == (
-        "error: --purge deletes 18 CRDs: confirm it (type yes, or pass --yes)"
+        "error: --purge deletes 19 CRDs: confirm it (type yes, or pass --yes)"
     )
     assert fresh.crds() == crds and _queues(fresh) == {mine}
 

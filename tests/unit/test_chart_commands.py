@@ -406,7 +406,7 @@ def test_install_from_a_bundle_tarball_renders_the_chart_inside_it(
     )
 
     assert f"from {tarball} (chart 0.1.0, profile local" in result.out
-    assert "✓ values" in result.out and "18 CRDs rendered" in result.out
+    assert "✓ values" in result.out and "19 CRDs rendered" in result.out
     assert result.error.startswith("error: cannot reach the cluster")
 
 
