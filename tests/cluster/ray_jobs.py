@@ -109,6 +109,12 @@ def condition(doc: Doc | None, kind: str) -> bool:
     return any(c["type"] == kind and c["status"] == "True" for c in conditions)
 
 
+def admitted(api: client.ApiClient, namespace: str, kind: str, name: str) -> Doc | None:
+    """The object's Workload once Kueue admitted it (for `eventually`), else None."""
+    found = workload(api, namespace, kind, name)
+    return found if condition(found, "Admitted") else None
+
+
 def flavors(workload_doc: Doc) -> dict[str, set[str]]:
     """Each admitted pod set's flavors, by pod set name."""
     assignments = workload_doc["status"]["admission"]["podSetAssignments"]

@@ -91,11 +91,11 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
         # Kueue's webhook suspended it on the way in: nothing starts before admission
         assert created["spec"]["suspend"] is True
 
-        def admitted():
-            found = ray_jobs.workload(api, NS, "RayJob", name)
-            return found if ray_jobs.condition(found, "Admitted") else None
-
-        workload = eventually(admitted, "the RayJob's Workload to be admitted", 120)
+        workload = eventually(
+            lambda: ray_jobs.admitted(api, NS, "RayJob", name),
+            "the RayJob's Workload to be admitted",
+            120,
+        )
         # one Workload for head, workers and submitter, all on the container nodes' flavor
         assert ray_jobs.flavors(workload) == {
             "head": {"system"},
@@ -179,11 +179,11 @@ def test_a_second_rayjob_waits_whole_until_the_first_finishes(
             assert waited < FIRST_START_S, "the first RayJob did not end"
         assert job_status(api, names[0]) == "SUCCEEDED"
 
-        def admitted_whole():
-            found = ray_jobs.workload(api, NS, "RayJob", names[1])
-            return found if ray_jobs.condition(found, "Admitted") else None
-
-        workload = eventually(admitted_whole, "the second RayJob to be admitted", 120)
+        workload = eventually(
+            lambda: ray_jobs.admitted(api, NS, "RayJob", names[1]),
+            "the second RayJob to be admitted",
+            120,
+        )
         assert set(ray_jobs.flavors(workload)) == {"head", "cpu", "submitter"}
         seen: dict[str, str] = {}
         assert wait_done(api, eventually, names[1], 300, seen) == "SUCCEEDED"
@@ -363,11 +363,11 @@ def test_a_gpu_rayjob_goes_to_the_next_region_when_a_quarantine_lowers_the_quota
         created = ray_jobs.apply(local_cluster.api, namespace, job)
         assert created["spec"]["suspend"] is True
 
-        def admitted():
-            found = ray_jobs.workload(local_cluster.api, namespace, "RayJob", "gpu-rayjob")
-            return found if ray_jobs.condition(found, "Admitted") else None
-
-        workload = eventually(admitted, "the GPU RayJob to be admitted", 60)
+        workload = eventually(
+            lambda: ray_jobs.admitted(local_cluster.api, namespace, "RayJob", "gpu-rayjob"),
+            "the GPU RayJob to be admitted",
+            60,
+        )
         flavors = ray_jobs.flavors(workload)
         # the worker's GPUs in region two: region one's quota is full with its bad nodes out
         assert flavors["gpu"] == {team.flavor_of("eu-west")}

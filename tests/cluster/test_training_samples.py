@@ -98,11 +98,11 @@ def test_kuberays_kueue_sample_is_admitted_whole_but_its_default_submitter_is_no
     try:
         assert created["spec"]["suspend"] is True
 
-        def admitted():
-            found = ray_jobs.workload(api, NS, "RayJob", name)
-            return found if ray_jobs.condition(found, "Admitted") else None
-
-        workload = eventually(admitted, "the sample's Workload to be admitted", 120)
+        workload = eventually(
+            lambda: ray_jobs.admitted(api, NS, "RayJob", name),
+            "the sample's Workload to be admitted",
+            120,
+        )
         assert ray_jobs.flavors(workload) == {
             "head": {"system"},
             "small-group": {"system"},
