@@ -174,7 +174,7 @@ def test_install_on_a_clean_cluster_goes_in_phases_to_all_ready(fresh: Fresh) ->
     assert result.returncode == 0, result.stdout + result.stderr
     steps = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("  ✓ ")]
     assert steps == ["values", "doctor", "CRDs", "components", "release", "ready"]
-    assert "18 applied server-side, Established" in result.stdout
+    assert "19 applied server-side, Established" in result.stdout
     assert f"✓ release {RELEASE} revision 1 deployed" in said(result)
     assert "✓ ready 3 workloads ready" in said(result)
     ready = _ready_deployments(fresh.api)
@@ -343,5 +343,5 @@ def test_purge_refuses_while_user_resources_exist_and_asks_for_confirmation(fres
     assert f"release {RELEASE} is not installed in {NAMESPACE}: nothing to uninstall" in (
         purged.stdout
     )
-    assert "✓ CRDs 18 deleted, with 1 custom resources" in said(purged)
+    assert "✓ CRDs 19 deleted, with 1 custom resources" in said(purged)
     assert not {c for c in fresh.crds() if c.endswith((".x-k8s.io", ".ray.io"))}
