@@ -33,7 +33,7 @@ pytestmark = pytest.mark.cluster
 NS = ray_jobs.TEAM_NAMESPACE
 # what training needs: Kueue, KubeRay and the admission policies; the rest is other tests'
 LEAN = ("health.enabled=false", "agentSandbox.enabled=false")
-FIRST_START_S = 600  # the first RayJob pulls the Ray image (about 1 GiB) into containerd
+FIRST_START_S = 600  # the first RayJob pulls the Ray image (0.6 GB) into containerd
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="only these recipes (etcd, kubernetes, kubernetes-node, containerd, gvisor, ..., "
         "or `images` for the container nodes' images); default: everything but the heavy "
         "images, the vLLM CPU image (`vllm-cpu`, about 7 GiB) and the Ray image (`ray`, about "
-        "1 GiB); `all`: everything and those images, built beside the Go builds (what `make "
+        "0.6 GB); `all`: everything and those images, built beside the Go builds (what `make "
         "test` runs)",
     )
     p.set_defaults(func=cmd_build)

@@ -2,7 +2,7 @@
 
 Two rows: the vLLM CPU image (images/vllm-cpu/: about 7 GiB unpacked, torch and its CUDA
 runtime wheels are most of it) and the Ray image (images/ray/: Ray with its dashboard,
-which the RayJobs of the training examples run, about 1 GiB). Neither `gridloop local
+which the RayJobs of the training examples run, about 0.6 GB). Neither `gridloop local
 build` nor `make demo` builds them: `gridloop local build vllm-cpu` or `ray` does, and
 `make test` asks for both (`gridloop local build all`, which builds them one after the
 other on a thread beside the Go builds). Once built, `local up` pushes them to the local
