@@ -12,7 +12,7 @@ image (gridloop_image.base_image), so they share its layer.
 
 The build context, in the cache and never in the repository, holds the row's own files
 (the Containerfile, the hashed lock requirements.txt, and e.g. vLLM's `vllm` wrapper),
-the files the row takes from the build cache (Debian's libnuma, the static busybox), and
+the files the row takes from the build cache (Debian's libnuma, wget and libpsl), and
 `wheels/`: every locked wheel downloaded from PyPI with --require-hashes (pip's cache
 makes a warm download a few hashes). Cached by what it is made of: the base's image ID
 and those files' digests.
