@@ -465,8 +465,10 @@ def test_a_good_fleet_becomes_flavors_with_its_quota(
 
     flavors = names(docs, "ResourceFlavor")
     pools = {f"{s['name']}-{p['name']}": p for s in fleet["sites"] for p in s["pools"]}
-    assert flavors == set(pools)
+    # the GPU pools, and the container nodes' CPU pool (no GPU)
+    assert flavors == {*pools, "system"}
     (queue,) = of_kind(docs, "ClusterQueue")
+    pools["system"] = {"nodes": fleet["containerNodes"]["nodes"], "gpusPerNode": 0}
     for flavor in queue["spec"]["resourceGroups"][0]["flavors"]:
         pool = pools[flavor["name"]]
         (gpu,) = [r for r in flavor["resources"] if r["name"] == "nvidia.com/gpu"]

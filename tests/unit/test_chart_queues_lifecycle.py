@@ -79,7 +79,8 @@ def test_the_charts_queues_carry_the_label_and_the_finalizer_kueue_would_add(
     docs = _render(bundled, tmp_path)
     kueue = [d for d in docs if d["apiVersion"].startswith("kueue.x-k8s.io/")]
     by_kind = {k: [d for d in kueue if d["kind"] == k] for k in ("ClusterQueue", "ResourceFlavor")}
-    assert by_kind["ClusterQueue"] and len(by_kind["ResourceFlavor"]) == 4
+    # four GPU pools and the container nodes' CPU pool
+    assert by_kind["ClusterQueue"] and len(by_kind["ResourceFlavor"]) == 5
 
     for doc in [*by_kind["ClusterQueue"], *by_kind["ResourceFlavor"]]:
         assert doc["metadata"]["labels"][LABEL] == "true"
