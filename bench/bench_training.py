@@ -97,9 +97,7 @@ class Bench:
         t0 = time.monotonic()
         ray_jobs.apply(self.api, TEAM, job)
         wait(
-            lambda: ray_jobs.condition(
-                ray_jobs.workload(self.api, TEAM, "RayJob", name), "Admitted"
-            ),
+            lambda: ray_jobs.admitted(self.api, TEAM, "RayJob", name),
             "admission",
             300,
         )
@@ -254,9 +252,7 @@ class Bench:
             t0 = time.monotonic()
             self.batch.create_namespaced_job(BENCH_NS, doc)
         wait(
-            lambda: ray_jobs.condition(
-                ray_jobs.workload(self.api, BENCH_NS, kind, name), "Admitted"
-            ),
+            lambda: ray_jobs.admitted(self.api, BENCH_NS, kind, name),
             f"{kind} {name} admitted",
             60,
             0.02,

@@ -17,15 +17,15 @@ faults are simulated (no GPU here); the nodes, the pods and the service are real
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import cluster_restarts
 import pytest
 import yaml
+from cluster_restarts import restart
 from health_pods import (
     gpu_quota,
     health_platform,
@@ -39,51 +39,30 @@ from health_pods import (
 from kubernetes.client.rest import ApiException
 from platform_install import GRIDLOOP, Installed
 
-from gridloop.local import cluster, processes
+from gridloop.local import processes
 from gridloop.local.container import cgroups
 from gridloop.local.container.layout import NodeLayout
 from gridloop.local.state import load
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.restarts_cluster,
-    pytest.mark.skipif(
-        bool(os.environ.get("GRIDLOOP_TEST_STATE")),
-        reason="GRIDLOOP_TEST_STATE reuses a user's running cluster: this test restarts it",
-    ),
-]
+pytestmark = cluster_restarts.MARKS
 
 NODES = ("system-000", "system-001")
 FIRST = ("us-east-h100-005", "us-east-h100")  # a node and its flavor
 SECOND = ("eu-west-h100-002", "eu-west-h100")
 
 
-def _restart(state_dir: Path, fleet: Path, base_port: int) -> list[str]:
-    """`local down`, then `local up` from `fleet`; what `up` said."""
-    stopped = cluster.down(state_dir)
-    assert not stopped.busy and not stopped.left, stopped.left.describe()
-    said: list[str] = []
-    cluster.up(state_dir, fleet, base_port, say=said.append, health_service=False)
-    return said
-
-
 @pytest.fixture(scope="module")
 def one_node_fleet(local_cluster, tmp_path_factory) -> Iterator[Path]:
     """The cluster restarted with two container nodes; the fleet it had, to go back to."""
     state, work = local_cluster.state, tmp_path_factory.mktemp("node-loss")
-    one = work / "fleet-one-node.yaml"
-    shutil.copyfile(state.dir / "fleet.yaml", one)
-    fleet = yaml.safe_load(one.read_text())
-    fleet.setdefault("containerNodes", {})["nodes"] = len(NODES)
-    two = work / "fleet-two-nodes.yaml"
-    two.write_text(yaml.safe_dump(fleet, sort_keys=False))
-    _restart(state.dir, two, state.base_port)
+    one, two = cluster_restarts.fleet_files(state.dir, work, len(NODES))
+    restart(state.dir, two, state.base_port)
     try:
         yield one
     finally:  # the test gives the cluster its one node back, unless it failed first
         recorded = yaml.safe_load((state.dir / "fleet.yaml").read_text())
         if recorded["containerNodes"]["nodes"] != 1:
-            _restart(state.dir, one, state.base_port)
+            restart(state.dir, one, state.base_port)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +181,7 @@ def test_losing_the_leaders_node_hands_over_with_no_duplicate_or_lost_action(
     # every ClusterQueue change until it runs again (below), so it is checked at the end
 
     # the cluster back to its one node: `up` removes the lost one and its pods
-    said = _restart(state.dir, one_node_fleet, state.base_port)
+    said = restart(state.dir, one_node_fleet, state.base_port)
 
     assert f"removed container nodes the fleet no longer has: {NODES[1]}" in said
     assert _node_gone(local_cluster, NODES[1])

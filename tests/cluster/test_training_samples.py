@@ -26,38 +26,23 @@ and completes (test_training.py).
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
+import cluster_restarts
 import pytest
 import ray_jobs
 import yaml
+from cluster_restarts import restart
 from platform_install import installed_platform
 
 from gridloop import versions
 from gridloop.bundle import modules
-from gridloop.local import cluster
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.restarts_cluster,
-    pytest.mark.skipif(
-        bool(os.environ.get("GRIDLOOP_TEST_STATE")),
-        reason="GRIDLOOP_TEST_STATE reuses a user's running cluster: this test restarts it",
-    ),
-]
+pytestmark = cluster_restarts.MARKS
 
 NS = ray_jobs.TEAM_NAMESPACE
 SAMPLE = "config/samples/ray-job.kueue-toy-sample.yaml"
 LEAN = ("health.enabled=false", "agentSandbox.enabled=false")
-
-
-def _restart(state_dir: Path, fleet: Path, base_port: int) -> None:
-    stopped = cluster.down(state_dir)
-    assert not stopped.busy and not stopped.left, stopped.left.describe()
-    cluster.up(state_dir, fleet, base_port, say=lambda _m: None, health_service=False)
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +50,13 @@ def two_nodes(local_cluster, tmp_path_factory) -> Iterator[None]:
     """The cluster restarted with two container nodes and the platform installed; then
     uninstalled and restarted with the fleet it had."""
     state, work = local_cluster.state, tmp_path_factory.mktemp("samples")
-    one = work / "fleet-one-node.yaml"
-    shutil.copyfile(state.dir / "fleet.yaml", one)
-    fleet = yaml.safe_load(one.read_text())
-    fleet.setdefault("containerNodes", {})["nodes"] = 2
-    two = work / "fleet-two-nodes.yaml"
-    two.write_text(yaml.safe_dump(fleet, sort_keys=False))
-    _restart(state.dir, two, state.base_port)
+    one, two = cluster_restarts.fleet_files(state.dir, work, 2)
+    restart(state.dir, two, state.base_port)
     try:
         with installed_platform(local_cluster, work, LEAN, timeout="5m"):
             yield
     finally:
-        _restart(state.dir, one, state.base_port)
+        restart(state.dir, one, state.base_port)
 
 
 def kuberay_sample() -> dict:

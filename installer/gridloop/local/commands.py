@@ -66,7 +66,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from gridloop.local.images import gridloop_image, locked_images
 
     everything = ALL in args.components
-    heavy = [locked_images.by_name(c) for c in args.components if c in locked_images.names()]
+    heavy = tuple(locked_images.by_name(c) for c in args.components if c in locked_images.names())
     named = [c for c in args.components if c not in (IMAGES, ALL, *locked_images.names())]
     side: Future[list[gridloop_image.Built]] | None = None
     pool = ThreadPoolExecutor(max_workers=1)
@@ -93,7 +93,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             if side is not None:
                 made = side.result()
             else:
-                building.build(tuple(dict.fromkeys(n for i in heavy for n in i.needs)), printer)
+                building.build(locked_images.needs(heavy), printer)
                 made = [image.build() for image in heavy]
             for one in made:
                 state = "built" if one.fresh else "cached"

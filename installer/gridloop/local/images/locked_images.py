@@ -153,6 +153,6 @@ def names() -> tuple[str, ...]:
     return tuple(image.name for image in IMAGES)
 
 
-def needs() -> tuple[str, ...]:
-    """Every recipe some row needs, once, in order."""
-    return tuple(dict.fromkeys(n for image in IMAGES for n in image.needs))
+def needs(images: tuple[LockedImage, ...] = IMAGES) -> tuple[str, ...]:
+    """Every recipe one of `images` needs, once, in order."""
+    return tuple(dict.fromkeys(n for image in images for n in image.needs))
