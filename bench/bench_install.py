@@ -37,7 +37,11 @@ CLUSTERS = {"real": 28500, "kwok": 28600}
 KEPT = ("gridloop-system", "team-default", "agents", "agent-sandbox-system", "kueue-system")
 KWOK_ONLY = {
     "kueue": {"enabled": False},
-    "systemNodes": {"nodeSelector": {"gridloop.io/container-node": None}, "tolerations": []},
+    # the only nodes are the simulated GPU nodes, tainted as a cloud's GPU pool is
+    "systemNodes": {
+        "nodeSelector": {"gridloop.io/container-node": None},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
 }
 
 

@@ -51,7 +51,6 @@ NS = "agents"
 TEMPLATE = "default"
 EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
 POOL_LABEL = "agents.x-k8s.io/pool"
-TOLERATE = [{"key": CONTAINER_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
@@ -161,7 +160,6 @@ class Bench:
         for runtime in ("gvisor", "runc"):
             spec: dict[str, Any] = {
                 "nodeSelector": {CONTAINER_NODE_LABEL: "true"},
-                "tolerations": TOLERATE,
                 "automountServiceAccountToken": False,
                 "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
                 "containers": [

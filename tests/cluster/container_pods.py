@@ -11,7 +11,6 @@ from gridloop.fleet import CONTAINER_NODE_LABEL
 from gridloop.local.images import table
 
 NODE = "system-000"
-TOLERATE = [{"key": CONTAINER_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def kubectl(local_cluster, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -30,7 +29,6 @@ def pod_spec(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {
             "nodeSelector": {CONTAINER_NODE_LABEL: "true"},
-            "tolerations": TOLERATE,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
             "containers": [

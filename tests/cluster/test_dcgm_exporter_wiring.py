@@ -5,7 +5,7 @@ chart's DaemonSet is rendered by the real helm and applied as it is, except for 
 things: its image becomes the local busybox (a shell that reports what the exporter
 would see, and serves /health on the metrics port so the chart's probes pass), and,
 since the local cluster's GPU nodes are kwok's (no kubelet runs their pods), its
-nodeSelector names the container node and a toleration for that node's taint is added.
+nodeSelector names the container node (untainted: the tolerations stay the chart's).
 The pod-resources folder is the container node's own kubelet's (it runs with its own
 --root-dir, set through dcgmExporter.podResources.hostPath); the counters ConfigMap is
 the chart's. Everything else (environment, mounts, security context, the
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from container_pods import NODE, TOLERATE
+from container_pods import NODE
 from kubernetes import client
 
 from gridloop.fleet import CONTAINER_NODE_LABEL
@@ -93,7 +93,6 @@ def on_the_container_node(daemonset: dict[str, Any]) -> dict[str, Any]:
     changed = copy.deepcopy(daemonset)
     pod = changed["spec"]["template"]["spec"]
     pod["nodeSelector"] = {CONTAINER_NODE_LABEL: "true"}
-    pod["tolerations"] = [*pod["tolerations"], *TOLERATE]
     (container,) = pod["containers"]
     container["image"] = table.busybox_ref()
     container["command"] = ["sh", "-c", REPORT]

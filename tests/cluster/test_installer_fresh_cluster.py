@@ -40,11 +40,16 @@ HEALTH = f"{RELEASE}-gridloop-health"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 UNSCHEDULABLE = "health.nodeSelector.pool=nowhere"
 # This cluster has no container node: the local profile's pinning to one is undone (null
-# removes a key Helm merges) and Kueue is off, since no pod of it could answer its webhooks.
+# removes a key Helm merges), the controllers tolerate the GPU nodes' taint, and Kueue is
+# off, since no pod of it could answer its webhooks.
 # One health replica, so the tests below can ask for two (and a PodDisruptionBudget).
 KWOK_ONLY = {
     "kueue": {"enabled": False},
-    "systemNodes": {"nodeSelector": {"gridloop.io/container-node": None}, "tolerations": []},
+    # the only nodes are the simulated GPU nodes, tainted as a cloud's GPU pool is
+    "systemNodes": {
+        "nodeSelector": {"gridloop.io/container-node": None},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
     "health": {"replicas": 1},
     # the local profile runs the sandbox router on the container nodes, which this
     # cluster has not, and sandboxes run nowhere here: the router is off

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from container_pods import TOLERATE, pod_spec
+from container_pods import pod_spec
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import HEALTH_OFF, Installed, installed_platform
@@ -557,9 +557,7 @@ def test_the_router_is_the_only_runc_pod_the_policy_lets_into_a_sandbox_namespac
     ).items
     assert router.spec.runtime_class_name is None  # runc: port-forward reaches it
     assert router.spec.automount_service_account_token is False
-    assert router.spec.tolerations and any(
-        t.key == TOLERATE[0]["key"] for t in router.spec.tolerations
-    )
+    assert router.spec.node_selector == {CONTAINER_NODE_LABEL: "true"}
 
 
 # --- gridloop status ---

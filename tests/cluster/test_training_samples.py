@@ -13,15 +13,14 @@ Kueue's own `ray-job-sample` is not here: its site/ folder, where that sample li
 not in Kueue's Go module (v0.17.1's zip has apis, charts, cmd, config, ... and no site/),
 and copying it into this repository is not allowed; docs/training.md says so.
 
-What this cluster shows of it: Kueue admits it whole, its head and worker run on the
-container nodes, and its submitter does not. The sample leaves the submitter to KubeRay's
-default, and Kueue v0.17.1 gives the admitted flavor's nodeSelector and tolerations only
-to a `submitterPodTemplate` the RayJob has (with none, it edits a default template that
-is thrown away), so the submitter pod goes wherever the scheduler puts it: here a
-simulated GPU node (kwok, which runs nothing), since the container nodes are tainted. The
-sample then never submits its driver and does not complete; the test pins that, so a
-Kueue that fixes it shows here. examples/training/rayjob.yaml writes its submitter out
-and completes (test_training.py).
+The sample leaves its submitter to KubeRay's default, and Kueue v0.17.1 gives the admitted
+flavor's nodeSelector only to a `submitterPodTemplate` the RayJob has (with none, it edits
+a default template that is thrown away: kubernetes-sigs/kueue#12567). So the submitter
+goes where any pod that selects nothing and asks for no GPU goes: the local cluster's GPU
+nodes are tainted `nvidia.com/gpu=present:NoSchedule`, as a cloud's GPU pools are, and
+the container nodes are not, so it lands on a container node and the sample completes.
+Its driver prints the Ray cluster's resources once a second for 600 s, so this module
+takes a little over ten minutes.
 """
 
 from __future__ import annotations
@@ -43,6 +42,8 @@ pytestmark = cluster_restarts.MARKS
 NS = ray_jobs.TEAM_NAMESPACE
 SAMPLE = "config/samples/ray-job.kueue-toy-sample.yaml"
 LEAN = ("health.enabled=false", "agentSandbox.enabled=false")
+CONTAINER_NODES = {"system-000", "system-001"}
+SAMPLE_SECONDS = 600  # the sample's loop: range(600) with a one-second sleep
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def kuberay_sample() -> dict:
     return dict(sample)
 
 
-def test_kuberays_kueue_sample_is_admitted_whole_but_its_default_submitter_is_not_placed(
+def test_kuberays_kueue_sample_is_admitted_whole_and_completes_on_the_container_nodes(
     two_nodes, local_cluster, eventually
 ) -> None:
     api = local_cluster.api
@@ -101,8 +102,8 @@ def test_kuberays_kueue_sample_is_admitted_whole_but_its_default_submitter_is_no
             return ready if len(ready) == 2 else []
 
         pods = eventually(cluster_running, "the sample's head and worker to run", 600)
-        # head and worker on the container nodes, with the flavor's selector and toleration
-        assert {p.spec.node_name for p in pods} <= {"system-000", "system-001"}
+        # head and worker on the container nodes, kept there by the flavor's selector
+        assert {p.spec.node_name for p in pods} <= CONTAINER_NODES
         for pod in pods:
             assert (pod.spec.node_selector or {}).get("gridloop.io/pool") == "system"
 
@@ -115,8 +116,25 @@ def test_kuberays_kueue_sample_is_admitted_whole_but_its_default_submitter_is_no
             ]
 
         (submitter,) = eventually(submitter_pods, "the sample's submitter pod to be placed", 120)
-        # KubeRay's default submitter got nothing from the flavor: not kept to its nodes
+        # KubeRay's default submitter got nothing from the flavor (Kueue's bug), and lands on
+        # a container node anyway: the simulated GPU nodes are tainted
         assert "gridloop.io/pool" not in (submitter.spec.node_selector or {})
-        assert not str(submitter.spec.node_name).startswith("system-"), submitter.spec.node_name
+        assert submitter.spec.node_name in CONTAINER_NODES, submitter.spec.node_name
+
+        # 600 one-second iterations, then the driver exits 0
+        status = eventually(
+            lambda: finished(api, name), "the sample's driver to finish", SAMPLE_SECONDS + 300
+        )
+        log = ray_jobs.submitter_log(api, NS, name)
+        assert status == "SUCCEEDED", log[-3000:]
+        assert "iter: 599," in log
+        # the driver saw the head's and the worker's CPU: two real pods in one Ray cluster
+        assert "'CPU': 2.0" in log.split("iter: 599,")[1].splitlines()[0]
     finally:
         ray_jobs.delete_rayjob(api, NS, name)
+
+
+def finished(api, name: str) -> str:
+    """The sample's jobStatus once it is final, else ''."""
+    status = str(ray_jobs.rayjob(api, NS, name).get("status", {}).get("jobStatus", ""))
+    return status if status in ("SUCCEEDED", "FAILED", "STOPPED") else ""

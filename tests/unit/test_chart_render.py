@@ -359,10 +359,8 @@ def test_container_nodes_are_a_cpu_flavor_split_across_teams(
         "gridloop.io/pool": "system",
         "gridloop.io/container-node": "true",
     }
-    # Kueue hands admitted pods the toleration of the container nodes' taint
-    assert flavor["tolerations"] == [
-        {"key": "gridloop.io/container-node", "operator": "Exists", "effect": "NoSchedule"}
-    ]
+    # untainted nodes: nothing to tolerate
+    assert "tolerations" not in flavor
     quota = {}
     for team in teams:
         queue = named(docs, "ClusterQueue", team["name"])
@@ -399,6 +397,10 @@ def test_flavor_products_and_capacity_match_the_catalog(render: Render, tmp_path
         model = GPU_MODELS[pool["gpu"]]
         flavor = named(docs, "ResourceFlavor", f"lab-{pool['name']}")
         assert flavor["spec"]["nodeLabels"]["nvidia.com/gpu.product"] == model.product
+        # CPU-only pods admitted on a GPU pool's CPU quota get past its nodes' GPU taint
+        assert flavor["spec"]["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
         quota = {r["name"]: r["nominalQuota"] for r in flavors[f"lab-{pool['name']}"]["resources"]}
         assert quota.pop("cpu") == str(3 * max(1, model.cpu_cores * 4 // 8))
         assert quota.pop("nvidia.com/gpu") == "12"

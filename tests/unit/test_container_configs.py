@@ -406,7 +406,7 @@ def test_the_kubelet_talks_to_its_nodes_containerd_and_logs_into_the_nodes_folde
     assert doc["podCIDR"] == s.pod_cidr
 
 
-def test_the_kubelet_registers_the_node_by_name_address_labels_and_taint() -> None:
+def test_the_kubelet_registers_the_node_by_name_address_and_labels_without_a_taint() -> None:
     layout, s = settings(1)
     argv = configs.kubelet_argv(Path("/cache/kubelet"), layout, s)
 
@@ -418,8 +418,9 @@ def test_the_kubelet_registers_the_node_by_name_address_labels_and_taint() -> No
         "--hostname-override": "system-001",
         "--node-ip": "10.200.1.1",
         "--node-labels": "gridloop.io/container-node=true,gridloop.io/pool=system",
-        "--register-with-taints": configs.TAINT,
     }.items() <= dict(arg.partition("=")[::2] for arg in argv[1:]).items()
+    # unselected pods land here: the GPU nodes are the tainted ones (fleet.GPU_TAINT)
+    assert not [arg for arg in argv if arg.startswith("--register-with-taints")]
 
 
 def test_containerd_is_started_with_the_nodes_config() -> None:

@@ -227,7 +227,8 @@ def test_out_of_range_base_port_is_rejected(base: int) -> None:
         f"--client-ca-file={PKI / 'ca.crt'}",
         # kubelets are authorized as their nodes, and may change only their own objects
         "--authorization-mode=Node,RBAC",
-        "--enable-admission-plugins=NodeRestriction",
+        # ... and GPU pods tolerate the GPU nodes' taint, as on the managed clouds
+        "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
         # logs and exec: the API server's identity towards kubelets, and their CA
         f"--kubelet-client-certificate={PKI / 'apiserver-kubelet-client.crt'}",
         f"--kubelet-client-key={PKI / 'apiserver-kubelet-client.key'}",

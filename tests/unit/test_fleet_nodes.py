@@ -140,14 +140,17 @@ def test_node_carries_gpu_capacity_and_topology_labels() -> None:
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
 
 
-def test_node_is_marked_for_kwok_and_has_no_taints() -> None:
+def test_node_is_marked_for_kwok_and_tainted_as_a_cloud_gpu_node() -> None:
     node = manifest_of("onprem-fra-a100-000")
 
     assert node["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
     assert node["metadata"]["labels"][SIMULATED_LABEL] == "true"
     assert node["metadata"]["labels"]["gridloop.io/site-type"] == "on-prem"
     assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "dgx-a100"
-    assert "taints" not in node["spec"]
+    # pods that ask for no GPU stay off it, as on GKE's GPU pools
+    assert node["spec"]["taints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
     assert node["status"]["nodeInfo"] == {"architecture": "amd64", "operatingSystem": "linux"}
 
 

@@ -17,6 +17,7 @@ from gridloop.fleet.catalog import GPU_MODELS, KNOWN_GPU_MODELS, GpuModel, gpu_m
 from gridloop.fleet.generate import dump_fleet, generate_fleet
 from gridloop.fleet.nodes import (
     CONTAINER_NODE_LABEL,
+    GPU_TAINT,
     KWOK_NODE_ANNOTATION,
     LABEL_ARCH,
     LABEL_GPU_COUNT,
@@ -61,6 +62,7 @@ __all__ = [
     "API_VERSION",
     "CONTAINER_NODE_LABEL",
     "GPU_MODELS",
+    "GPU_TAINT",
     "KIND",
     "KNOWN_GPU_MODELS",
     "KWOK_NODE_ANNOTATION",

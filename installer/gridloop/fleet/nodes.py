@@ -48,6 +48,11 @@ CONTAINER_NODE_LABEL = "gridloop.io/container-node"
 CONTAINER_NODE_POOL = "system"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 RESOURCE_GPU = "nvidia.com/gpu"
+# Every GPU node carries this taint, as the managed clouds' GPU pools do (GKE:
+# nvidia.com/gpu=present:NoSchedule): a pod that does not ask for a GPU goes to a CPU node.
+# Pods that do ask get the toleration from the API server's ExtendedResourceToleration
+# admission plugin; CPU-only pods Kueue admits on a GPU flavor get it from the flavor.
+GPU_TAINT = {"key": RESOURCE_GPU, "value": "present", "effect": "NoSchedule"}
 
 PODS_PER_NODE = 110
 EPHEMERAL_STORAGE_GI = 500
@@ -200,8 +205,8 @@ def planned_container_nodes(fleet: Fleet) -> list[PlannedContainerNode]:
 def node_manifest(planned: PlannedNode) -> dict[str, Any]:
     """A v1 Node for kwok to manage, as a plain dict ready to create or apply.
 
-    No taints and no kubeletVersion: kwok fills in what a kubelet would report, and GPU
-    workloads select nodes by the labels above rather than by tolerations.
+    The GPU taint (``GPU_TAINT``) and no kubeletVersion: kwok fills in what a kubelet would
+    report.
     """
     memory_ki = planned.memory_gi * _KI_PER_GI
     storage_ki = EPHEMERAL_STORAGE_GI * _KI_PER_GI
@@ -229,7 +234,7 @@ def node_manifest(planned: PlannedNode) -> dict[str, Any]:
             "labels": planned.labels,
             "annotations": {KWOK_NODE_ANNOTATION: "fake"},
         },
-        "spec": {},
+        "spec": {"taints": [dict(GPU_TAINT)]},
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,

@@ -225,7 +225,10 @@ def apiserver(
         # as a real cluster: kubelets are authorized as nodes, and may change only their own
         # Node and the pods bound to it
         "--authorization-mode=Node,RBAC",
-        "--enable-admission-plugins=NodeRestriction",
+        # ... and, as the managed clouds do, a pod asking for an extended resource
+        # (nvidia.com/gpu) gets the toleration of that resource's taint, which every GPU
+        # node carries (gridloop.fleet.GPU_TAINT)
+        "--enable-admission-plugins=NodeRestriction,ExtendedResourceToleration",
         # logs, exec and port-forward: the API server's identity towards kubelets, and the
         # CA their serving certificates must chain to
         f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",

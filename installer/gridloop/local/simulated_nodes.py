@@ -2,7 +2,8 @@
 
 Level-triggered: the cluster ends up with exactly the fleet's nodes among
 those labelled simulated (missing ones created, extra ones deleted, the rest
-left alone). Creation is concurrent: one sequential client loop is the
+left alone but for the GPU taint, added where a node made by an older gridloop
+lacks it). Creation is concurrent: one sequential client loop is the
 baseline `bench/bench_local_up.py` compares against.
 """
 
@@ -20,6 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from gridloop.errors import ClusterError
 from gridloop.fleet import (
+    GPU_TAINT,
     LABEL_GPU_PRODUCT,
     LABEL_POOL,
     LABEL_REGION,
@@ -42,9 +44,22 @@ class Sync:
     kept: int
 
 
-def _existing(core: client.CoreV1Api) -> set[str]:
+def _existing(core: client.CoreV1Api) -> dict[str, list[dict[str, Any]]]:
+    """Each simulated node's taints, by name."""
     resp = core.list_node(label_selector=SELECTOR, _preload_content=False)
-    return {item["metadata"]["name"] for item in json.loads(resp.data)["items"]}
+    return {
+        item["metadata"]["name"]: (item.get("spec") or {}).get("taints") or []
+        for item in json.loads(resp.data)["items"]
+    }
+
+
+def _add_gpu_taint(core: client.CoreV1Api, name: str, taints: list[dict[str, Any]]) -> None:
+    body = {"spec": {"taints": [*taints, dict(GPU_TAINT)]}}
+    try:
+        core.patch_node(name, body, _preload_content=False)
+    except ApiException as err:
+        if err.status != 404:
+            raise ClusterError(f"tainting node {name}: {err.reason}") from err
 
 
 def _create(core: client.CoreV1Api, body: dict[str, Any]) -> None:
@@ -68,11 +83,15 @@ def sync(api: client.ApiClient, fleet: Fleet, workers: int = 16) -> Sync:
     want = {p.name: p for p in planned_nodes(fleet)}
     have = _existing(core)
     missing = [node_manifest(want[n]) for n in want if n not in have]
-    extra = sorted(have - want.keys())
+    extra = sorted(have.keys() - want.keys())
+    untainted = [
+        n for n in want if n in have and not any(t.get("key") == GPU_TAINT["key"] for t in have[n])
+    ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda body: _create(core, body), missing))
         list(pool.map(lambda name: _delete(core, name), extra))
-    return Sync(created=len(missing), deleted=len(extra), kept=len(have & want.keys()))
+        list(pool.map(lambda name: _add_gpu_taint(core, name, have[name]), untainted))
+    return Sync(created=len(missing), deleted=len(extra), kept=len(have.keys() & want.keys()))
 
 
 def _is_ready(node: dict[str, Any]) -> bool:

@@ -37,9 +37,6 @@ UPSTREAM = {"docker.io": "https://registry-1.docker.io"}
 RUNTIME_HANDLERS = ("runc", "runsc")
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
-# Until the chart's own images are built here, only pods that ask for a container node
-# land on one: everything else stays on the simulated fleet, as before.
-TAINT = "gridloop.io/container-node=true:NoSchedule"
 
 
 @dataclass(frozen=True)
@@ -263,7 +260,6 @@ def kubelet_argv(binary: Path, layout: NodeLayout, s: NodeSettings) -> list[str]
         f"--hostname-override={s.name}",
         f"--node-ip={s.node_ip}",
         f"--node-labels={labels}",
-        f"--register-with-taints={TAINT}",
         "--v=1",
     ]
 
