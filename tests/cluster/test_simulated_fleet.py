@@ -7,10 +7,11 @@ import subprocess
 from typing import Any
 
 import pytest
+from container_pods import pod_spec
 from kubernetes import client
 
 from gridloop.fleet import load_fleet, planned_nodes
-from gridloop.local import building, stages
+from gridloop.local import building, simulated_nodes, stages
 
 pytestmark = pytest.mark.cluster
 
@@ -135,6 +136,56 @@ def _job(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]
 def _job_complete(batch: client.BatchV1Api, name: str, namespace: str) -> bool:
     conds = batch.read_namespaced_job(name, namespace).status.conditions or []
     return any(c.type == "Complete" and c.status == "True" for c in conds)
+
+
+def test_a_pod_asking_for_gpus_tolerates_their_taint_and_one_asking_for_none_runs_for_real(
+    local_cluster, namespace, eventually
+):
+    core = local_cluster.core
+    gpu = _job("gpu")["spec"]["template"]
+    gpu["metadata"] = {"name": "gpu"}
+    gpu["spec"]["restartPolicy"] = "Always"
+    core.create_namespaced_pod(namespace, gpu)
+    # selects nothing, asks for no GPU, tolerates nothing
+    cpu = pod_spec("cpu", ["sh", "-c", "echo ran"])
+    del cpu["spec"]["nodeSelector"]
+    core.create_namespaced_pod(namespace, cpu)
+
+    placed = eventually(
+        lambda: core.read_namespaced_pod("gpu", namespace).spec.node_name, "gpu to be placed"
+    )
+    assert core.read_node(placed).metadata.labels["gridloop.io/simulated"] == "true"
+    # added by the API server's ExtendedResourceToleration plugin, not by the pod's author
+    tolerations = core.read_namespaced_pod("gpu", namespace).spec.tolerations
+    assert any(t.key == "nvidia.com/gpu" and t.operator == "Exists" for t in tolerations)
+    eventually(
+        lambda: core.read_namespaced_pod("cpu", namespace).status.phase == "Succeeded",
+        "cpu to run and succeed",
+        120,
+    )
+    assert core.read_namespaced_pod("cpu", namespace).spec.node_name == "system-000"
+    assert core.read_namespaced_pod_log("cpu", namespace).strip() == "ran"
+
+
+def test_sync_taints_a_gpu_node_an_older_gridloop_left_untainted(local_cluster):
+    core, name = local_cluster.core, "us-east-h100-000"
+
+    def taints() -> list[tuple[str, str, str]]:
+        return [(t.key, t.value, t.effect) for t in core.read_node(name).spec.taints or []]
+
+    others = [{"key": k, "value": v, "effect": e} for k, v, e in taints() if k != "nvidia.com/gpu"]
+    core.patch_node(name, {"spec": {"taints": others or None}})
+    assert ("nvidia.com/gpu", "present", "NoSchedule") not in taints()
+    fleet = load_fleet(local_cluster.state.dir / "fleet.yaml")
+
+    synced = simulated_nodes.sync(local_cluster.api, fleet)
+
+    assert (synced.created, synced.deleted) == (0, 0)
+    after = taints()
+    assert after.count(("nvidia.com/gpu", "present", "NoSchedule")) == 1
+    # a second sync leaves it as it is
+    simulated_nodes.sync(local_cluster.api, fleet)
+    assert taints() == after
 
 
 def test_job_completes(local_cluster, namespace, eventually):
