@@ -22,7 +22,7 @@ from gridloop import versions
 from gridloop.fleet import CONTAINER_NODE_LABEL, KWOK_NODE_ANNOTATION, SIMULATED_LABEL
 from gridloop.fleet.nodes import planned_container_nodes
 from gridloop.fleet.schema import load_fleet
-from gridloop.local.container import configs
+from gridloop.local.container import configs, starting
 from gridloop.local.images import gridloop_image
 
 pytestmark = pytest.mark.cluster
@@ -301,3 +301,18 @@ def test_nothing_a_pod_sends_is_routed_off_the_machine(local_cluster, namespace,
         "-A GRIDLOOP-HOST -j DROP",
     ):
         assert rule in rules
+
+
+def test_up_drops_the_taint_an_older_gridloop_registered_the_container_node_with(local_cluster):
+    core = local_cluster.core
+    old = {"key": CONTAINER_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+    mine = {"key": "example.com/keep", "value": "yes", "effect": "PreferNoSchedule"}
+    core.patch_node(NODE, {"spec": {"taints": [old, mine]}})
+    try:
+        assert starting.drop_old_taint(local_cluster.api, [NODE]) == [NODE]
+        taints = [(t.key, t.value, t.effect) for t in core.read_node(NODE).spec.taints or []]
+        assert taints == [("example.com/keep", "yes", "PreferNoSchedule")]
+        # nothing left to drop: no change
+        assert starting.drop_old_taint(local_cluster.api, [NODE]) == []
+    finally:
+        core.patch_node(NODE, {"spec": {"taints": None}})

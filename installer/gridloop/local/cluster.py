@@ -233,6 +233,8 @@ def _start_container_nodes(
     names = [n.name for n in container.nodes(fleet, state.dir)]
     took = container.wait_ready(api, names, since)
     say(f"container nodes: {len(names)} Ready in {took:.1f}s")
+    if untainted := container.drop_old_taint(api, names):
+        say(f"container nodes: an older gridloop's taint removed from {', '.join(untainted)}")
     first = container.nodes(fleet, state.dir)[0].planned
     objects = addons.dns_objects(flags.SERVICE_CIDR, first.node_ip)
     objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)

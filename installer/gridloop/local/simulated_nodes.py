@@ -33,6 +33,7 @@ from gridloop.fleet import (
     node_manifest,
     planned_nodes,
 )
+from gridloop.local.node_taints import change_taints, with_taint
 
 SELECTOR = f"{SIMULATED_LABEL}=true"
 
@@ -51,15 +52,6 @@ def _existing(core: client.CoreV1Api) -> dict[str, list[dict[str, Any]]]:
         item["metadata"]["name"]: (item.get("spec") or {}).get("taints") or []
         for item in json.loads(resp.data)["items"]
     }
-
-
-def _add_gpu_taint(core: client.CoreV1Api, name: str, taints: list[dict[str, Any]]) -> None:
-    body = {"spec": {"taints": [*taints, dict(GPU_TAINT)]}}
-    try:
-        core.patch_node(name, body, _preload_content=False)
-    except ApiException as err:
-        if err.status != 404:
-            raise ClusterError(f"tainting node {name}: {err.reason}") from err
 
 
 def _create(core: client.CoreV1Api, body: dict[str, Any]) -> None:
@@ -90,7 +82,7 @@ def sync(api: client.ApiClient, fleet: Fleet, workers: int = 16) -> Sync:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda body: _create(core, body), missing))
         list(pool.map(lambda name: _delete(core, name), extra))
-        list(pool.map(lambda name: _add_gpu_taint(core, name, have[name]), untainted))
+        list(pool.map(lambda name: change_taints(core, name, with_taint(GPU_TAINT)), untainted))
     return Sync(created=len(missing), deleted=len(extra), kept=len(have.keys() & want.keys()))
 
 

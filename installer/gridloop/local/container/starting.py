@@ -29,7 +29,7 @@ from gridloop.fleet.nodes import (
     PlannedContainerNode,
     planned_container_nodes,
 )
-from gridloop.local import certs, flags, processes
+from gridloop.local import certs, flags, node_taints, processes
 from gridloop.local.container import addons, cgroups, configs, hostnet, kube_chains, sweeping
 from gridloop.local.container.layout import (
     BRIDGE,
@@ -286,6 +286,16 @@ def wait_ready(
         if pending:
             time.sleep(0.5)
     return time.monotonic() - t0
+
+
+def drop_old_taint(api: client.ApiClient, names: list[str]) -> list[str]:
+    """Remove the NoSchedule taint gridloop registered container nodes with before
+    2026-12-03 (key gridloop.io/container-node) and return the nodes that had it: the GPU
+    nodes carry the taint now, and a pod that asks for no GPU must fit on these. A Node
+    keeps the taints it registered with across kubelet restarts, so an older local cluster
+    still has it."""
+    core, untaint = client.CoreV1Api(api), node_taints.without_key(CONTAINER_NODE_LABEL)
+    return [name for name in names if node_taints.change_taints(core, name, untaint)]
 
 
 def retire(api: client.ApiClient, fleet: Fleet) -> list[str]:
