@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from gridloop.fleet import GPU_TAINT
 from gridloop.health.acting import EventSender, Executor
 from gridloop.health.actions import Acknowledge, Quarantine, Release
 from gridloop.health.listing import node_view
@@ -20,7 +21,8 @@ def gpu_node(local_cluster):
     """A fleet node this test may quarantine; put back as it was afterwards."""
     name, core = "onprem-fra-a100-006", local_cluster.core
     yield name
-    core.patch_node(name, {"spec": {"unschedulable": False, "taints": None}})
+    # the GPU taint every simulated node carries, and nothing else
+    core.patch_node(name, {"spec": {"unschedulable": False, "taints": [dict(GPU_TAINT)]}})
     annotations = core.read_node(name).metadata.annotations or {}
     core.patch_node(
         name,
@@ -73,7 +75,8 @@ def test_quarantine_taints_cordons_records_and_leaves_an_event(local_cluster, gp
 
 def test_release_removes_only_what_gridloop_added(local_cluster, gpu_node, eventually):
     foreign = {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}
-    local_cluster.core.patch_node(gpu_node, {"spec": {"taints": [foreign]}})
+    theirs = [dict(GPU_TAINT), foreign]
+    local_cluster.core.patch_node(gpu_node, {"spec": {"taints": theirs}})
     executor = Executor(local_cluster.api)
     executor.apply([_quarantine(gpu_node, no_execute=True)])
 
@@ -84,8 +87,8 @@ def test_release_removes_only_what_gridloop_added(local_cluster, gpu_node, event
     # the node lifecycle controller drops its own node.kubernetes.io/unschedulable taint
     # once it sees the uncordon; gridloop leaves that taint to its owner
     eventually(
-        lambda: _plain(local_cluster, gpu_node)["spec"]["taints"] == [foreign],
-        "only the foreign taint to remain",
+        lambda: _plain(local_cluster, gpu_node)["spec"]["taints"] == theirs,
+        "only the GPU and the foreign taint to remain",
     )
     assert STATE_LABEL not in node["metadata"]["labels"]
     assert not [

@@ -158,12 +158,15 @@ def test_a_pod_asking_for_gpus_tolerates_their_taint_and_one_asking_for_none_run
     # added by the API server's ExtendedResourceToleration plugin, not by the pod's author
     tolerations = core.read_namespaced_pod("gpu", namespace).spec.tolerations
     assert any(t.key == "nvidia.com/gpu" and t.operator == "Exists" for t in tolerations)
+    where = eventually(
+        lambda: core.read_namespaced_pod("cpu", namespace).spec.node_name, "cpu to be placed"
+    )
+    assert where == "system-000", f"on {where}: is a simulated GPU node without its taint?"
     eventually(
         lambda: core.read_namespaced_pod("cpu", namespace).status.phase == "Succeeded",
         "cpu to run and succeed",
         120,
     )
-    assert core.read_namespaced_pod("cpu", namespace).spec.node_name == "system-000"
     assert core.read_namespaced_pod_log("cpu", namespace).strip() == "ran"
 
 

@@ -111,7 +111,11 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
         workers = [p for p in seen if "-cpu-" in p]
         assert head and workers, seen
         assert set(seen.values()) == {"system-000"}, "every pod ran on the container node"
-        assert "trained 40 steps" in log and "checkpoint: s3://checkpoints/train-tiny/" in log
+        # the driver's steps, streamed by `ray job submit`; it follows the log until the job
+        # ends and can miss the last lines printed just before exit (a CI run lost the
+        # "checkpoint:" and "trained 40 steps" lines of a SUCCEEDED job), so the checkpoint
+        # itself is read back from the object store below
+        assert "step   0  loss" in log and "step  39  loss" in log, log[-3000:]
 
         metrics = json.loads(
             s3.get_object(Bucket="checkpoints", Key="train-tiny/metrics.json")["Body"].read()
