@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from gridloop.fleet import GPU_TOLERATION
+
 REPO = Path(__file__).resolve().parents[1]
 WORK = Path(os.environ.get("GRIDLOOP_BENCH_DIR", "/tmp/gridloop-bench-install"))
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
@@ -40,7 +42,7 @@ KWOK_ONLY = {
     # the only nodes are the simulated GPU nodes, tainted as a cloud's GPU pool is
     "systemNodes": {
         "nodeSelector": {"gridloop.io/container-node": None},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [GPU_TOLERATION],
     },
 }
 

@@ -27,6 +27,7 @@ import yaml
 from kubernetes import client
 
 from gridloop.bundle import bundling
+from gridloop.fleet import GPU_TOLERATION
 from gridloop.local import building, cluster, kube, simulated_nodes
 
 pytestmark = pytest.mark.cluster
@@ -48,7 +49,7 @@ KWOK_ONLY = {
     # the only nodes are the simulated GPU nodes, tainted as a cloud's GPU pool is
     "systemNodes": {
         "nodeSelector": {"gridloop.io/container-node": None},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [GPU_TOLERATION],
     },
     "health": {"replicas": 1},
     # the local profile runs the sandbox router on the container nodes, which this

@@ -26,6 +26,7 @@ from chart_files import CHART, EVERYTHING, PROFILE_NAMES, REPO, UPSTREAM_OFF
 from gridloop.bundle.sources import source_for
 from gridloop.chart.objects import quantity
 from gridloop.errors import BuildError
+from gridloop.fleet import GPU_TOLERATION
 from gridloop.fleet.catalog import GPU_MODELS
 from gridloop.fleet.schema import load_fleet
 from gridloop.health.policy_loading import load_policy
@@ -398,9 +399,7 @@ def test_flavor_products_and_capacity_match_the_catalog(render: Render, tmp_path
         flavor = named(docs, "ResourceFlavor", f"lab-{pool['name']}")
         assert flavor["spec"]["nodeLabels"]["nvidia.com/gpu.product"] == model.product
         # CPU-only pods admitted on a GPU pool's CPU quota get past its nodes' GPU taint
-        assert flavor["spec"]["tolerations"] == [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-        ]
+        assert flavor["spec"]["tolerations"] == [GPU_TOLERATION]  # the fleet's own constant
         quota = {r["name"]: r["nominalQuota"] for r in flavors[f"lab-{pool['name']}"]["resources"]}
         assert quota.pop("cpu") == str(3 * max(1, model.cpu_cores * 4 // 8))
         assert quota.pop("nvidia.com/gpu") == "12"

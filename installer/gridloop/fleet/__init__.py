@@ -18,6 +18,7 @@ from gridloop.fleet.generate import dump_fleet, generate_fleet
 from gridloop.fleet.nodes import (
     CONTAINER_NODE_LABEL,
     GPU_TAINT,
+    GPU_TOLERATION,
     KWOK_NODE_ANNOTATION,
     LABEL_ARCH,
     LABEL_GPU_COUNT,
@@ -63,6 +64,7 @@ __all__ = [
     "CONTAINER_NODE_LABEL",
     "GPU_MODELS",
     "GPU_TAINT",
+    "GPU_TOLERATION",
     "KIND",
     "KNOWN_GPU_MODELS",
     "KWOK_NODE_ANNOTATION",

@@ -53,6 +53,7 @@ RESOURCE_GPU = "nvidia.com/gpu"
 # Pods that do ask get the toleration from the API server's ExtendedResourceToleration
 # admission plugin; CPU-only pods Kueue admits on a GPU flavor get it from the flavor.
 GPU_TAINT = {"key": RESOURCE_GPU, "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": RESOURCE_GPU, "operator": "Exists", "effect": "NoSchedule"}
 
 PODS_PER_NODE = 110
 EPHEMERAL_STORAGE_GI = 500

@@ -76,13 +76,12 @@ def sync(api: client.ApiClient, fleet: Fleet, workers: int = 16) -> Sync:
     have = _existing(core)
     missing = [node_manifest(want[n]) for n in want if n not in have]
     extra = sorted(have.keys() - want.keys())
-    untainted = [
-        n for n in want if n in have and not any(t.get("key") == GPU_TAINT["key"] for t in have[n])
-    ]
+    add_taint = with_taint(GPU_TAINT)
+    untainted = [n for n in want if n in have and add_taint(have[n]) != have[n]]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(lambda body: _create(core, body), missing))
         list(pool.map(lambda name: _delete(core, name), extra))
-        list(pool.map(lambda name: change_taints(core, name, with_taint(GPU_TAINT)), untainted))
+        list(pool.map(lambda name: change_taints(core, name, add_taint), untainted))
     return Sync(created=len(missing), deleted=len(extra), kept=len(have.keys() & want.keys()))
 
 

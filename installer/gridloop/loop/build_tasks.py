@@ -127,8 +127,9 @@ def make_suite(count: int, seed: int, heldout_share: float = 0.25) -> Suite:
         )
     seen: set[str] = set()
     tasks = [_task(seed, i, seen) for i in range(count)]
-    train = tuple(t for t in tasks if split_of(t.id, seed, heldout_share) == "train")
-    heldout = tuple(t for t in tasks if split_of(t.id, seed, heldout_share) == "heldout")
+    sides = [split_of(t.id, seed, heldout_share) for t in tasks]
+    train = tuple(t for t, side in zip(tasks, sides, strict=True) if side == "train")
+    heldout = tuple(t for t, side in zip(tasks, sides, strict=True) if side == "heldout")
     return Suite(seed, float(heldout_share), train, heldout)
 
 
@@ -297,13 +298,15 @@ def _wrong_comparison(rng: random.Random) -> _Draft:
     )  # fmt: skip
 
 
-_FORMULAS = (
-    ("average_of", "The average of {a} and {b}.", "({a} {op} {b}) / 2", "+"),
-    ("gap_between", "How far {a} is above {b}.", "{a} {op} {b}", "-"),
-    ("area_of", "The area of a {a} by {b} rectangle.", "{a} {op} {b}", "*"),
-    ("perimeter_of", "The perimeter of a {a} by {b} rectangle.", "2 * ({a} {op} {b})", "+"),
-    ("share_of", "{a} split evenly {b} ways.", "{a} {op} {b}", "/"),
-)
+_FORMULAS: tuple[tuple[str, str, str, str, Callable[[float], float]], ...] = (
+    # name, docstring, the line's expression, the right operator, what wraps `a op b`
+    ("average_of", "The average of {a} and {b}.", "({a} {op} {b}) / 2", "+", lambda v: v / 2),
+    ("gap_between", "How far {a} is above {b}.", "{a} {op} {b}", "-", lambda v: v),
+    ("area_of", "The area of a {a} by {b} rectangle.", "{a} {op} {b}", "*", lambda v: v),
+    ("perimeter_of", "The perimeter of a {a} by {b} rectangle.", "2 * ({a} {op} {b})", "+",
+     lambda v: 2 * v),
+    ("share_of", "{a} split evenly {b} ways.", "{a} {op} {b}", "/", lambda v: v),
+)  # fmt: skip
 _ARITHMETIC: dict[str, Callable[[float, float], float]] = {
     "+": lambda x, y: x + y,
     "-": lambda x, y: x - y,
@@ -314,30 +317,24 @@ _ARITHMETIC: dict[str, Callable[[float, float], float]] = {
 }
 
 
-def _evaluate(formula: str, op: str, a: float, b: float) -> float:
-    """The formula's value with `op` (the formulas are the fixed shapes above)."""
-    inner = _ARITHMETIC[op](a, b)
-    if formula.startswith("("):
-        return inner / 2
-    return 2 * inner if formula.startswith("2 *") else inner
-
-
-def _told_apart(formula: str, op: str, pairs: list[tuple[int, int]], want: list[float]) -> bool:
+def _told_apart(
+    outer: Callable[[float], float], op: str, pairs: list[tuple[int, int]], want: list[float]
+) -> bool:
     """Whether the formula with `op` misses the wanted value for one of the inputs."""
-    got = [_evaluate(formula, op, x, y) for x, y in pairs]
+    got = [outer(_ARITHMETIC[op](x, y)) for x, y in pairs]
     return any(abs(g - w) > 1e-6 for g, w in zip(got, want, strict=True))
 
 
 def _wrong_arithmetic(rng: random.Random) -> _Draft:
-    name, doc, formula, op = rng.choice(_FORMULAS)
+    name, doc, formula, op, outer = rng.choice(_FORMULAS)
     a, b = rng.sample(("width", "height", "first", "second", "total", "parts", "x", "y"), 2)
     fn = f"{name}_{a}_{b}"
     # an operator is a wrong answer only if the test tells it apart from the right one:
     # draw test inputs until four operators are told apart
     while True:
         pairs = [(rng.randint(3, 9), rng.randint(2, 9)) for _ in range(2)]
-        want = [_evaluate(formula, op, x, y) for x, y in pairs]
-        wrong_ops = [o for o in _ARITHMETIC if o != op and _told_apart(formula, o, pairs, want)]
+        want = [outer(_ARITHMETIC[op](x, y)) for x, y in pairs]
+        wrong_ops = [o for o in _ARITHMETIC if o != op and _told_apart(outer, o, pairs, want)]
         if len(wrong_ops) >= 4:
             break
     bug, *wrong = rng.sample(wrong_ops, 4)
