@@ -126,8 +126,8 @@ def test_env_gives_s3_clients_the_object_stores_endpoint_and_keys(local_cluster,
         aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
         region_name=keys["AWS_DEFAULT_REGION"],
     ).client("s3", endpoint_url=keys["AWS_ENDPOINT_URL"])
-    # model weights, and what training jobs write (examples/training)
-    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["checkpoints", "models"]
+    # model weights, what training jobs write (examples/training), the loop's trajectories
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["checkpoints", "loop", "models"]
 
 
 def gridloop_path() -> str:

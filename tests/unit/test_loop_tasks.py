@@ -23,7 +23,7 @@ from gridloop.loop import (
     parse_choice,
     split_of,
 )
-from gridloop.loop.build_tasks import Task
+from gridloop.loop.build_tasks import Task, failure_of
 
 
 def passes(files: dict[str, str], folder: Path, test_file: str) -> bool:
@@ -100,16 +100,39 @@ def test_the_heldout_share_is_kept_and_growing_a_suite_moves_no_task_across() ->
     assert split_of("off-by-one-00001", 2, 0.3) == split_of("off-by-one-00001", 2, 0.3)
 
 
-def test_the_prompt_shows_the_numbered_file_the_test_output_and_the_lettered_candidates() -> None:
+def test_the_prompt_shows_the_numbered_file_the_failure_and_the_lettered_candidates() -> None:
     task = make_suite(5, seed=1).train[0]
     prompt = task.prompt("x" * 2000 + "AssertionError: 136 != 176")
 
     assert f"{task.line:>3} {task.buggy}" in prompt
-    assert prompt.count("x") < 800  # the output's tail only
     assert "AssertionError: 136 != 176" in prompt
     for letter, line in zip("ABCD", task.candidates, strict=True):
         assert f"{letter}) {line.strip()}" in prompt
     assert prompt.endswith("Answer:")
+
+
+def test_the_failure_keeps_the_assertion_and_the_error_not_the_banners_or_paths() -> None:
+    output = """test_rate (test_units.RateTest.test_rate) ... FAIL
+
+======================================================================
+FAIL: test_rate (test_units.RateTest.test_rate)
+----------------------------------------------------------------------
+Traceback (most recent call last):
+  File "/app/test_units.py", line 8, in test_rate
+    self.assertEqual(rate(7), 7000)
+AssertionError: 7168 != 7000
+
+----------------------------------------------------------------------
+Ran 1 test in 0.000s
+
+FAILED (failures=1)
+"""
+    assert failure_of(output) == "self.assertEqual(rate(7), 7000)\nAssertionError: 7168 != 7000"
+
+
+def test_a_failure_without_an_error_line_is_the_outputs_tail_within_the_limit() -> None:
+    crash = "Segmentation fault " * 100
+    assert failure_of(crash, limit=40) == crash.strip()[-40:]
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,8 @@ SERVICE_PORT = 9000  # the in-cluster port, as MinIO and most S3-compatible serv
 # DEFAULT_NAMESPACE; a unit test keeps the two equal), where `up` writes the Secret
 RELEASE_NAMESPACE = "gridloop-system"
 SECRET = "models-s3"  # the Secret the local profile's models name in credentialsSecret
-BUCKETS = ("models", "checkpoints")  # model weights; what training jobs write
+# model weights; what training jobs write; the learning loop's trajectories
+BUCKETS = ("models", "checkpoints", "loop")
 REGION = "us-east-1"
 HEALTH_PATH = "/healthz"
 LABELS = {"app.kubernetes.io/name": "object-store", "app.kubernetes.io/part-of": "gridloop-local"}

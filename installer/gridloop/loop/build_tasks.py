@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,8 @@ FAMILIES = (
 )
 LETTERS = "ABCD"
 MAX_TASKS = 100_000
+FAILURE_CHARS = 300  # of the test's output, in a prompt
+_ERROR_LINE = re.compile(r"^[A-Za-z_.]*(Error|Exception)\b")
 _DRAWS = 50  # attempts at a task whose files no earlier task has, before giving up
 
 _NOUNS = (
@@ -79,8 +82,9 @@ class Task:
         return f"python3 -m unittest -v {self.test_file.removesuffix('.py')}"
 
     def prompt(self, test_output: str) -> str:
-        """What the model is shown: the file with line numbers, the test's output (its
-        last 800 characters) and the four candidates; it answers with one letter."""
+        """What the model is shown: the file with line numbers, the test's failure (the
+        failing assertion and the error, ``failure_of``) and the four candidates; it answers
+        with one letter."""
         numbered = "\n".join(
             f"{n:>3} {text}" for n, text in enumerate(self.files[self.module].splitlines(), 1)
         )
@@ -88,10 +92,24 @@ class Task:
         return (
             f"The test {self.test_file} fails.\n"
             f"--- {self.module}\n{numbered}\n"
-            f"--- test output\n{test_output[-800:].strip()}\n"
+            f"--- test failure\n{failure_of(test_output)}\n"
             f"--- replace line {self.line} with\n{offered}\n"
             "Answer:"
         )
+
+
+def failure_of(test_output: str, limit: int = FAILURE_CHARS) -> str:
+    """The lines of a unittest run that say what failed: each failing assertion's source
+    line and the error after it (``AssertionError: 7168 != 7000``), without the banners,
+    the traceback's file paths (a sandbox's, not the task's) or the timing. The output's
+    tail when it has none of those (a crash); at most `limit` characters either way."""
+    kept = [
+        line.strip()
+        for line in test_output.splitlines()
+        if line.strip().startswith("self.assert") or _ERROR_LINE.match(line)
+    ]
+    text = "\n".join(kept) if kept else test_output.strip()
+    return text[-limit:]
 
 
 @dataclass(frozen=True)
