@@ -34,6 +34,7 @@ COMMANDS = {
     "dashboards": "gridloop.dashboards.commands",
     "status": "gridloop.status.commands",
     "models": "gridloop.models.commands",
+    "loop": "gridloop.loop.commands",
 }
 
 
@@ -50,6 +51,7 @@ EXTRAS = {
     "numpy": "models",
     "safetensors": "models",
     "tokenizers": "models",
+    "k8s_agent_sandbox": "sandboxes",
 }
 
 

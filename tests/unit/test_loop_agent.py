@@ -30,7 +30,8 @@ from gridloop.loop.trajectories import (
     TrajectoryError,
     by_split,
     check_run_name,
-    object_key,
+    collect_key,
+    evaluate_key,
     parse_lines,
 )
 
@@ -216,12 +217,10 @@ def test_a_stored_line_that_is_not_an_attempt_is_named_by_place_and_field(
         parse_lines(line, "s3://loop/k.jsonl")
 
 
-def test_objects_are_keyed_by_run_iteration_phase_and_task() -> None:
-    assert object_key("demo", 2, "collect", "off-by-one-00001") == (
+def test_objects_are_keyed_by_run_and_iteration_or_by_run_and_revision() -> None:
+    assert collect_key("demo", 2, "off-by-one-00001") == (
         "demo/iteration-2/collect/off-by-one-00001.jsonl"
     )
-    assert object_key("demo", 2, "evaluate", "t", "r3") == "demo/iteration-2/evaluate/r3/t.jsonl"
-    with pytest.raises(TrajectoryError, match="phase: 'train'"):
-        object_key("demo", 1, "train", "t")
+    assert evaluate_key("demo", "r3", "t") == "demo/evaluate/r3/t.jsonl"
     with pytest.raises(TrajectoryError, match="run: 'Demo_1'"):
         check_run_name("Demo_1")

@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from gridloop.errors import GridloopError
 from gridloop.loop.build_tasks import LETTERS, Task
 from gridloop.loop.patching import PatchError, apply_choice, parse_choice
 from gridloop.loop.trajectories import Attempt
@@ -36,7 +37,7 @@ OUTPUT_CHARS = 2000
 TEST_TIMEOUT_S = 30
 
 
-class LoopError(RuntimeError):
+class LoopError(GridloopError):
     """A phase that cannot go on; the message says why in one line."""
 
 

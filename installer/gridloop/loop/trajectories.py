@@ -6,10 +6,10 @@ line that answer put in, and what the task's test said afterwards in the sandbox
 reward is the test's verdict only (1.0 when the test passed after the patch, else 0.0):
 the task's known fix is never read to score an attempt.
 
-Attempts are stored as JSON lines, one object per task and phase, at
-``<run>/iteration-<n>/<phase>/<task id>.jsonl`` (``object_key``): the training RayJob reads
-every ``collect`` line of its iteration, the evaluation reads its own ``evaluate/<revision>``
-lines, and a re-run of an iteration skips the tasks whose object is already there.
+Attempts are stored as JSON lines, one object per task and phase: the train side's at
+``<run>/iteration-<n>/collect/<task id>.jsonl`` (read by the iteration's training RayJob),
+the held-out side's at ``<run>/evaluate/<revision>/<task id>.jsonl``. A re-run skips the
+tasks whose object is already there.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PHASES = ("collect", "evaluate")
 SPLITS = ("train", "heldout")
 _RUN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 # what every stored line must carry for training and summaries to read it
@@ -54,12 +53,23 @@ class Attempt:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def object_key(run: str, iteration: int, phase: str, task_id: str, revision_name: str = "") -> str:
-    """Where a task's attempts of one phase go in the loop's bucket."""
-    if phase not in PHASES:
-        raise TrajectoryError(f"phase: {phase!r} is not one of {', '.join(PHASES)}")
-    where = f"{phase}/{revision_name}" if phase == "evaluate" else phase
-    return f"{run}/iteration-{iteration}/{where}/{task_id}.jsonl"
+def collect_key(run: str, iteration: int, task_id: str) -> str:
+    """Where a task's attempts on the train side of an iteration go in the loop's bucket."""
+    return f"{collect_prefix(run, iteration)}{task_id}.jsonl"
+
+
+def collect_prefix(run: str, iteration: int) -> str:
+    return f"{run}/iteration-{iteration}/collect/"
+
+
+def evaluate_key(run: str, revision: str, task_id: str) -> str:
+    """Where a revision's held-out attempts go: by revision, not iteration, so the serving
+    revision is evaluated once (as a candidate, or as the first revision served)."""
+    return f"{evaluate_prefix(run, revision)}{task_id}.jsonl"
+
+
+def evaluate_prefix(run: str, revision: str) -> str:
+    return f"{run}/evaluate/{revision}/"
 
 
 def check_run_name(run: str) -> str:
