@@ -18,6 +18,7 @@ task is left unstored and named in the phase's errors.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import urllib.error
@@ -35,6 +36,10 @@ from gridloop.loop.trajectories import Attempt
 
 OUTPUT_CHARS = 2000
 TEST_TIMEOUT_S = 30
+# a task the infrastructure failed (a sandbox that never became ready, a dropped
+# connection) is tried again from the start in a new sandbox, once; the model's and the
+# task's own errors (LoopError) are not
+TRIES = 2
 
 
 class LoopError(GridloopError):
@@ -167,6 +172,15 @@ def attempt(
     )
 
 
+def sample_seed(seed: int, task_id: str, number: int) -> int:
+    """The sampling seed of one attempt: a hash of the run's seed, the task and the
+    attempt, so a re-run draws the same samples and two revisions are asked with the same
+    seeds. (Seeds counted up from the run's, one per task and attempt, drew the fix in
+    none of 42 samples of the first revision, against about 22% with other seeds.)"""
+    digest = hashlib.sha256(f"{seed}/{task_id}/{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
 @dataclass
 class PhaseResult:
     attempts: list[Attempt] = field(default_factory=list)
@@ -195,30 +209,34 @@ def run_phase(
     result = PhaseResult()
     t0 = time.monotonic()
 
-    def one(index: int, task: Task, split: str) -> None:
+    def one(task: Task, split: str) -> None:
         if already(task):
             result.skipped.append(task.id)
             progress(task, None, "stored before")
             return
-        try:
-            with claim() as sandbox:
-                seeds = [seed * 1_000_003 + index * 101 + n for n in range(attempts_per_task)]
-                done = [
-                    attempt(task, split, n, sandbox, model, revision, temperature, s)
-                    for n, s in enumerate(seeds)
-                ]
-            key = store(task, done)
-        except Exception as err:  # the sandbox, the router, the model or the store
-            message = f"{task.id}: {type(err).__name__}: {err}"
-            result.errors.append(message[:300])
-            progress(task, None, message[:300])
-            return
+        seeds = [sample_seed(seed, task.id, n) for n in range(attempts_per_task)]
+        for tries in range(1, TRIES + 1):
+            try:
+                with claim() as sandbox:
+                    done = [
+                        attempt(task, split, n, sandbox, model, revision, temperature, s)
+                        for n, s in enumerate(seeds)
+                    ]
+                key = store(task, done)
+                break
+            except Exception as err:  # the sandbox, the router, the model or the store
+                message = f"{task.id}: {type(err).__name__}: {err}"[:300]
+                if tries == TRIES or isinstance(err, LoopError):
+                    result.errors.append(message)
+                    progress(task, None, message)
+                    return
+                progress(task, None, f"{message} (trying again in a new sandbox)")
         result.attempts.extend(done)
         result.stored.append(key)
         progress(task, done, key)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for future in [pool.submit(one, i, t, s) for i, (t, s) in enumerate(tasks)]:
+        for future in [pool.submit(one, t, s) for t, s in tasks]:
             future.result()
     result.seconds = time.monotonic() - t0
     return result

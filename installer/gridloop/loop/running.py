@@ -156,7 +156,7 @@ class Cluster:
                 template_name=s.template,
                 namespace=s.sandbox_namespace,
                 api_url=url,
-                sandbox_ready_timeout=120,
+                sandbox_ready_timeout=180,
             )
 
         return claim
@@ -358,6 +358,9 @@ class Loop:
             done_tasks += 1
             if attempts_done is None and not message.startswith("stored"):
                 self.say(f"{label}: {message}")
+                if message.endswith("(trying again in a new sandbox)"):
+                    done_tasks -= 1  # not done yet
+                    return
             now = time.monotonic()
             if now - last_said[0] > 10 or done_tasks == len(tasks):
                 last_said[0] = now

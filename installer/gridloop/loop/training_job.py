@@ -72,6 +72,7 @@ def _env(job: TrainingJob) -> list[dict[str, str]]:
         "TRAIN_EPOCHS": str(job.epochs),
         "TRAIN_LEARNING_RATE": str(job.learning_rate),
         "TRAIN_SEED": str(job.seed),
+        "TRAIN_CPUS": "2",  # the worker's limit: Ray counts its CPUs from it
         "AWS_ENDPOINT_URL": job.endpoint,
     }
     return [{"name": k, "value": v} for k, v in values.items()]
@@ -103,14 +104,17 @@ def _pod(job: TrainingJob, container: dict[str, Any]) -> dict[str, Any]:
 
 
 def ray_job(job: TrainingJob) -> dict[str, Any]:
+    """Small requests, high limits: the local cluster's container node has two cores,
+    which the model server, the sandboxes and the router already ask a share of; the
+    worker may use both while it trains."""
     ray = versions.get("ray")
-    head = _container(job, "ray-head", ("500m", "1"), "2Gi")
+    head = _container(job, "ray-head", ("200m", "1"), "2Gi")
     head["ports"] = [
         {"containerPort": 6379, "name": "gcs-server"},
         {"containerPort": 8265, "name": "dashboard"},
         {"containerPort": 10001, "name": "client"},
     ]
-    worker = _container(job, "ray-worker", ("1", "2"), "3Gi")
+    worker = _container(job, "ray-worker", ("500m", "2"), "3Gi")
     submitter = {
         "name": "ray-job-submitter",
         "image": ray.image_ref,
