@@ -11,19 +11,20 @@ as it goes over the wire."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from gridloop.loop.agent import LoopError, Model, attempt, run_phase
+from gridloop.loop.agent import LoopError, Model, attempt, failing_output, run_phase
 from gridloop.loop.build_tasks import LETTERS, make_suite
 from gridloop.loop.trajectories import (
     Attempt,
@@ -55,9 +56,12 @@ class FolderSandbox:
         (self.folder / path).write_bytes(data)
 
     def run(self, command: str, timeout: int = 60) -> Ran:
+        # as the sandbox runtime's environment: bytecode is written unless told not to
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         done = subprocess.run(
-            shlex.split(command), cwd=self.folder, capture_output=True, text=True, timeout=timeout
-        )
+            shlex.split(command), cwd=self.folder, capture_output=True, text=True,
+            timeout=timeout, env=env,
+        )  # fmt: skip
         return Ran(done.returncode, done.stdout, done.stderr)
 
 
@@ -106,7 +110,9 @@ TASK = make_suite(10, seed=3).train[0]
 
 def test_the_right_letter_fixes_the_build_and_is_rewarded(served: Model, tmp_path: Path) -> None:
     FakeVllm.answers = [TASK.answer]
-    done = attempt(TASK, "train", 0, FolderSandbox(tmp_path), served, "s3://m/r1/", 0.7, 5)
+    sandbox = FolderSandbox(tmp_path)
+    failure = failing_output(TASK, sandbox)
+    done = attempt(TASK, "train", 0, sandbox, served, "s3://m/r1/", 0.7, 5, failure)
 
     assert done.reward == 1.0 and done.test_exit_code == 0
     assert done.patched_line == TASK.fix
@@ -118,6 +124,8 @@ def test_the_right_letter_fixes_the_build_and_is_rewarded(served: Model, tmp_pat
     assert sent["temperature"] == 0.7 and sent["seed"] == 5
     assert sent["structured_outputs"] == {"choice": ["A", "B", "C", "D"]}
     assert set(done.seconds) == {"model", "test", "total"}
+    # the module is put back for the next attempt
+    assert (tmp_path / TASK.module).read_text() == TASK.files[TASK.module]
 
 
 def test_a_wrong_letter_leaves_the_test_failing_and_earns_nothing(
@@ -125,7 +133,8 @@ def test_a_wrong_letter_leaves_the_test_failing_and_earns_nothing(
 ) -> None:
     wrong = next(letter for letter in LETTERS if letter != TASK.answer)
     FakeVllm.answers = [wrong]
-    done = attempt(TASK, "train", 0, FolderSandbox(tmp_path), served, "r1", 1.0, 0)
+    sandbox = FolderSandbox(tmp_path)
+    done = attempt(TASK, "train", 0, sandbox, served, "r1", 1.0, 0, failing_output(TASK, sandbox))
 
     assert done.reward == 0.0 and done.test_exit_code != 0
     assert done.patched_line == TASK.candidates[LETTERS.index(wrong)]
@@ -136,10 +145,43 @@ def test_an_answer_naming_no_candidate_is_recorded_with_its_reason(
     served: Model, tmp_path: Path
 ) -> None:
     FakeVllm.answers = ["xyz"]
-    done = attempt(TASK, "train", 0, FolderSandbox(tmp_path), served, "r1", 1.0, 0)
+    done = attempt(TASK, "train", 0, FolderSandbox(tmp_path), served, "r1", 1.0, 0, "Error: x")
 
     assert (done.reward, done.choice, done.test_exit_code) == (0.0, -1, -1)
     assert done.error.startswith("answer: names no candidate")
+
+
+def test_every_attempt_starts_from_the_failing_repository_without_a_stale_bytecode_cache(
+    served: Model, tmp_path: Path
+) -> None:
+    """Patches of the buggy line's size, written within the second the module was
+    imported in: each test must see its patch (python3 -B; a bytecode cache, keyed by the
+    source's mtime in seconds and its size, would hold the module as it was)."""
+    task = next(
+        t for t in make_suite(30, seed=3).train
+        if len({len(c) for c in t.candidates} | {len(t.buggy)}) == 1
+    )  # fmt: skip
+    sandbox = FolderSandbox(tmp_path)
+    failure = failing_output(task, sandbox)
+    wrong = next(letter for letter in LETTERS if letter != task.answer)
+    FakeVllm.answers = [task.answer, wrong, task.answer]
+
+    rewards = [
+        attempt(task, "train", n, sandbox, served, "r1", 1.0, n, failure).reward for n in range(3)
+    ]
+
+    assert rewards == [1.0, 0.0, 1.0]
+    assert not (tmp_path / "__pycache__").exists()
+
+
+def test_a_task_whose_test_passes_unpatched_is_refused(tmp_path: Path) -> None:
+    fixed = {**TASK.files, TASK.module: "\n".join(
+        TASK.fix if n == TASK.line else line
+        for n, line in enumerate(TASK.files[TASK.module].splitlines(), 1)
+    ) + "\n"}  # fmt: skip
+    broken = replace(TASK, files=fixed)
+    with pytest.raises(LoopError, match=f"task {TASK.id}: its test passes before any patch"):
+        failing_output(broken, FolderSandbox(tmp_path))
 
 
 def test_a_model_that_is_not_served_is_named(served: Model) -> None:

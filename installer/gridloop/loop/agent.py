@@ -2,12 +2,13 @@
 
 For each task it claims a sandbox through agent-sandbox's own client (k8s-agent-sandbox's
 SandboxClient: a SandboxClaim served from the warm pool, requests through the sandbox
-router), and for each attempt: writes the repository in, runs the task's test (it
-fails), shows the model the failing file, the test's output and the four candidate lines
+router), writes the repository in and runs the task's test (it fails); then, for each
+attempt, shows the model the failing file, the test's failure and the four candidate lines
 through vLLM's OpenAI-compatible `/v1/completions` (sampled at a temperature; vLLM's
 structured outputs hold the answer to one of the letters A to D), writes the patched file,
-runs the test again, and records the attempt (trajectories.Attempt). The sandbox is
-released when the task's attempts are done (the claim is deleted; the pool refills).
+runs the test again, puts the file back, and records the attempt (trajectories.Attempt).
+The sandbox is released when the task's attempts are done (the claim is deleted; the
+pool refills).
 
 Tasks run in parallel, one claimed sandbox per worker at a time. Each task's attempts go
 to the object store as one JSON-lines object as soon as they are done, so an interrupted
@@ -111,6 +112,23 @@ def _tail(result: Any) -> str:
     return (str(result.stdout) + str(result.stderr))[-OUTPUT_CHARS:]
 
 
+def failing_output(task: Task, sandbox: Sandbox) -> str:
+    """Write the task's repository into the sandbox and run its test, which must fail;
+    its output (the tail) is what every attempt's prompt shows."""
+    for name, text in task.files.items():
+        sandbox.write(name, text)
+    before = sandbox.run(_command(task), timeout=TEST_TIMEOUT_S + 10)
+    if before.exit_code == 0:
+        raise LoopError(f"task {task.id}: its test passes before any patch (a broken task)")
+    return _tail(before)
+
+
+def _command(task: Task) -> str:
+    # -B: no bytecode cache, which could hold the module as it was before a patch of the
+    # same size written within the same second
+    return f"timeout {TEST_TIMEOUT_S} {task.test_command.replace('python3 ', 'python3 -B ', 1)}"
+
+
 def attempt(
     task: Task,
     split: str,
@@ -120,21 +138,16 @@ def attempt(
     revision: str,
     temperature: float,
     seed: int,
+    failure: str,
 ) -> Attempt:
-    """One attempt at `task` in a claimed sandbox: the failing test, the model's answer,
-    the patch, the test again."""
+    """One attempt at `task` in a sandbox that holds its failing repository (`failure` is
+    its test's output): the model's answer, the patch, the test again, and the module put
+    back as it was for the next attempt."""
     t0 = time.monotonic()
-    for name, text in task.files.items():
-        sandbox.write(name, text)
-    command = f"timeout {TEST_TIMEOUT_S} {task.test_command}"
-    before = sandbox.run(command, timeout=TEST_TIMEOUT_S + 10)
-    if before.exit_code == 0:
-        raise LoopError(f"task {task.id}: its test passes before any patch (a broken task)")
-    prompt = task.prompt(_tail(before))
-    t1 = time.monotonic()
+    prompt = task.prompt(failure)
     completion = model.answer(prompt, temperature, seed)
-    t2 = time.monotonic()
-    seconds = {"model": round(t2 - t1, 3)}
+    t1 = time.monotonic()
+    seconds = {"model": round(t1 - t0, 3)}
     unpatched = Attempt(
         task_id=task.id,
         split=split,
@@ -158,9 +171,10 @@ def attempt(
         seconds["total"] = round(time.monotonic() - t0, 3)
         return replace(unpatched, error=str(err), seconds=seconds)
     sandbox.write(task.module, files[task.module])
-    after = sandbox.run(command, timeout=TEST_TIMEOUT_S + 10)
-    t3 = time.monotonic()
-    seconds |= {"test": round(t3 - t2, 3), "total": round(t3 - t0, 3)}
+    after = sandbox.run(_command(task), timeout=TEST_TIMEOUT_S + 10)
+    t2 = time.monotonic()
+    sandbox.write(task.module, task.files[task.module])
+    seconds |= {"test": round(t2 - t1, 3), "total": round(time.monotonic() - t0, 3)}
     return replace(
         unpatched,
         choice=choice,
@@ -218,8 +232,9 @@ def run_phase(
         for tries in range(1, TRIES + 1):
             try:
                 with claim() as sandbox:
+                    failure = failing_output(task, sandbox)
                     done = [
-                        attempt(task, split, n, sandbox, model, revision, temperature, s)
+                        attempt(task, split, n, sandbox, model, revision, temperature, s, failure)
                         for n, s in enumerate(seeds)
                     ]
                 key = store(task, done)
