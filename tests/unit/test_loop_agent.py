@@ -215,7 +215,7 @@ def test_a_phase_stores_each_task_once_skips_stored_ones_and_names_broken_ones(
         already=lambda task: task.id == stored_before,
         workers=1,
         temperature=1.0,
-        seed=9,
+        seed="9/collect/1",
     )
 
     assert sorted(store) == sorted(t.id for t in order[:2])

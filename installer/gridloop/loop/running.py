@@ -347,7 +347,7 @@ class Loop:
 
     def _phase(
         self, label: str, tasks: list[Task], split: str, attempts: int, model: Model,
-        key: Callable[[Task], str],
+        key: Callable[[Task], str], seed: str,
     ) -> PhaseResult:  # fmt: skip
         done_tasks = 0
         t0 = time.monotonic()
@@ -370,7 +370,7 @@ class Loop:
             [(t, split) for t in tasks], attempts, self.cluster.claim(), model,
             store=lambda task, done: self.store.put_attempts(key(task), done),
             already=lambda task: self.store.exists(key(task)),
-            workers=self.s.workers, temperature=self.s.temperature, seed=self.s.seed,
+            workers=self.s.workers, temperature=self.s.temperature, seed=seed,
             progress=progress,
         )  # fmt: skip
         if result.errors:
@@ -386,6 +386,7 @@ class Loop:
         self._phase(
             label, tasks, "heldout", self.s.eval_attempts, model,
             key=lambda task: evaluate_key(self.s.run, revision, task.id),
+            seed=f"{self.s.seed}/evaluate",
         )  # fmt: skip
         wanted = {t.id for t in tasks}
         records = [
@@ -421,6 +422,7 @@ class Loop:
         self._phase(
             "collect", train, "train", s.attempts, serving,
             key=lambda task: collect_key(s.run, n, task.id),
+            seed=f"{s.seed}/collect/{n}",
         )  # fmt: skip
         wanted = {t.id for t in train}
         collected = [
