@@ -1,0 +1,211 @@
+"""The learning loop, one short iteration, against the real parts: `gridloop loop run`
+works train tasks in gVisor sandboxes claimed through agent-sandbox's client, asks the
+chart's vLLM server (the tiny random-weight Llama, streamed from the object store),
+stores the trajectories in the object store, trains the next revision in a RayJob Kueue
+admits, serves it as a candidate, evaluates it on held-out tasks and rolls it out behind
+the same Service or records why not, while a client keeps calling that Service.
+
+The run first fails on purpose: its train tasks' attempts are put in the store
+beforehand, every one failing, so the RayJob finds nothing to learn from and fails; the
+iteration stops with that reason and the served revision stays. With those attempts
+removed, the same command runs the iteration again for real. Meanwhile a GPU fault is
+injected into the simulated fleet (no GPU here: the DCGM metrics are simulated) and the
+chart's health service quarantines its node and lowers the quota, on the same control
+plane.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray_jobs
+from health_pods import clear_faults, gpu_quota, inject, settle, tainted
+from platform_install import (
+    GRIDLOOP,
+    NAMESPACE,
+    RELEASE,
+    Installed,
+    installed_platform,
+    remove_kept_namespaces,
+)
+from test_inference_served import EXAMPLE, Load, model_pods, served_root, service_url
+
+from gridloop.local import object_store
+from gridloop.loop.build_tasks import make_suite
+from gridloop.loop.store import Store
+from gridloop.loop.trajectories import Attempt, collect_key, collect_prefix, evaluate_prefix
+
+pytestmark = pytest.mark.cluster
+
+RUN = "itest"
+TASKS, TRAIN_TASKS, HELDOUT_TASKS, SEED = 40, 10, 6, 21
+ARGS = (
+    "--run", RUN, "--iterations", "1", "--tasks", str(TASKS), "--seed", str(SEED),
+    "--train-tasks", str(TRAIN_TASKS), "--heldout-tasks", str(HELDOUT_TASKS),
+    "--attempts", "3", "--eval-attempts", "2", "--workers", "2", "--epochs", "4",
+    "--namespace", NAMESPACE, "--release", RELEASE, "--timeout", "900",
+)  # fmt: skip
+TEAM = ray_jobs.TEAM_NAMESPACE
+JOB = f"loop-{RUN}-1"
+FAULTY = ("us-east-h100-006", "us-east-h100")
+
+
+@pytest.fixture(scope="module")
+def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
+    """The bundle with the local profile (sandboxes, Kueue, KubeRay, the health service)
+    and the example's model, revision r1 of the tiny model in the store."""
+    work = tmp_path_factory.mktemp("loop")
+    env = store_env(local_cluster)
+    for args in (
+        ("models", "make", str(work / "r1"), "--size", "tiny", "--seed", "1"),
+        ("models", "push", str(work / "r1"), "s3://models/tiny/r1/"),
+    ):
+        done = subprocess.run([GRIDLOOP, *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+    clear_faults(local_cluster)
+    settle(local_cluster)
+    remove_kept_namespaces(local_cluster.core)
+    local_cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
+    local_cluster.core.create_namespaced_secret(
+        NAMESPACE, object_store.secret_object(local_cluster.state.dir, NAMESPACE)
+    )
+    try:
+        with installed_platform(local_cluster, work, (), (EXAMPLE,), timeout="10m") as done:
+            try:
+                yield done
+            finally:
+                # while KubeRay runs: its finalizer would hold the team's namespace
+                for job in loop_jobs(local_cluster):
+                    ray_jobs.delete_rayjob(local_cluster.api, TEAM, job)
+    finally:
+        clear_faults(local_cluster)
+
+
+def loop_jobs(local_cluster) -> list[str]:
+    from kubernetes import client
+
+    found = client.CustomObjectsApi(local_cluster.api).list_namespaced_custom_object(
+        "ray.io", "v1", TEAM, "rayjobs", label_selector="gridloop.io/loop-run"
+    )
+    return [item["metadata"]["name"] for item in found["items"]]
+
+
+def store_env(local_cluster) -> dict[str, str]:
+    state = local_cluster.state
+    return {**os.environ, **object_store.shell_env(state.dir, state.ports.object_store)}
+
+
+def loop_run(platform: Installed, local_cluster, *extra: str) -> subprocess.Popen[str]:
+    env = {**store_env(local_cluster), **platform.env}
+    args = [GRIDLOOP, "loop", "run", *ARGS, "--chart", str(platform.chart)]
+    args += ["--kubeconfig", platform.env["KUBECONFIG"], *extra]
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+
+
+def store(local_cluster, bucket: str = "loop") -> Store:
+    env = store_env(local_cluster)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    return Store(bucket, env["AWS_ENDPOINT_URL"])
+
+
+def test_a_missing_bucket_is_named_and_nothing_runs(platform, local_cluster) -> None:
+    done = loop_run(platform, local_cluster, "--bucket", "no-such-bucket")
+    out, _ = done.communicate(timeout=120)
+
+    assert done.returncode == 1, out
+    endpoint = store_env(local_cluster)["AWS_ENDPOINT_URL"]
+    last = out.strip().splitlines()[-1]
+    assert last == f"error: bucket: 'no-such-bucket' does not exist at {endpoint}"
+    assert "collect" not in out
+
+
+def test_a_failed_training_stops_the_iteration_then_a_rerun_closes_the_loop(
+    platform, local_cluster, eventually, tmp_path: Path
+) -> None:
+    suite = make_suite(TASKS, SEED)
+    train = suite.train[:TRAIN_TASKS]
+    heldout_ids = {t.id for t in suite.heldout}
+    loop = store(local_cluster)
+    url = service_url(local_cluster)
+    assert served_root(url) == "s3://models/tiny/r1/"
+
+    # 1. every train task's attempts stored beforehand, all failing: nothing to learn from
+    for task in train:
+        wrong = next(c for c in task.candidates if c != task.fix)
+        seeded = Attempt(
+            task_id=task.id, split="train", family=task.family, attempt=0,
+            revision="s3://models/tiny/r1/", temperature=1.0, prompt=task.prompt(""),
+            completion="A", choice=task.candidates.index(wrong), patched_line=wrong,
+            reward=0.0, test_exit_code=1, test_output="seeded by the test",
+        )  # fmt: skip
+        loop.put_attempts(collect_key(RUN, 1, task.id), [seeded])
+    failed = loop_run(platform, local_cluster)
+    out, _ = failed.communicate(timeout=1200)
+    assert failed.returncode == 1, out
+    assert f"collect: {TRAIN_TASKS}/{TRAIN_TASKS} tasks" in out, out
+    assert f"stopped: train: RayJob {TEAM}/{JOB} failed" in out, out
+    assert "tiny still serves r1" in out, out
+    record = loop.get_json(f"{RUN}/iteration-1/record.json")
+    assert record["outcome"] == "stopped" and "RayJob" in record["reason"]
+    assert served_root(url) == "s3://models/tiny/r1/"
+
+    # 2. the seeded attempts removed: the same command runs iteration 1 again, for real,
+    # with a client on the model's Service and a GPU fault injected meanwhile
+    for key in loop.keys(collect_prefix(RUN, 1)):
+        loop._s3.delete_object(Bucket="loop", Key=key)
+    node, flavor = FAULTY
+    quota = gpu_quota(local_cluster, flavor)
+    with Load(url, rate=2, limit_s=1800) as load:
+        rerun = loop_run(platform, local_cluster, "--out", str(tmp_path / "out"))
+        inject(local_cluster, node)
+        eventually(lambda: tainted(local_cluster, node), f"{node} quarantined", 120)
+        eventually(lambda: gpu_quota(local_cluster, flavor) == quota - 8, "quota lowered", 120)
+        assert rerun.poll() is None, "the fault was handled while the loop ran"
+        out, _ = rerun.communicate(timeout=1800)
+    assert rerun.returncode == 0, out
+    assert f"run {RUN}: iteration 1 stopped before; again" in out
+
+    # the trajectories: every train task's attempts, each reward the test's own verdict
+    attempts = loop.read_attempts(collect_prefix(RUN, 1))
+    assert {a["task_id"] for a in attempts} == {t.id for t in train}
+    assert len(attempts) == TRAIN_TASKS * 3
+    fixes = {t.id: t.fix for t in train}
+    for a in attempts:
+        assert a["revision"] == "s3://models/tiny/r1/" and a["split"] == "train"
+        assert a["reward"] == float(a["patched_line"] == fixes[a["task_id"]]), a
+        assert a["sandbox"].startswith("sandbox-claim-")
+    assert not heldout_ids & {a["task_id"] for a in attempts}
+    evaluated = loop.read_attempts(evaluate_prefix(RUN, "r1"))
+    assert {a["task_id"] for a in evaluated} <= heldout_ids
+    assert len(evaluated) == HELDOUT_TASKS * 2
+
+    # the RayJob: admitted by Kueue, succeeded, and the revision it wrote
+    job = ray_jobs.rayjob(local_cluster.api, TEAM, JOB)
+    assert job["status"]["jobStatus"] == "SUCCEEDED", job["status"]
+    assert ray_jobs.admitted(local_cluster.api, TEAM, "RayJob", JOB) is not None
+    models = store(local_cluster, "models")
+    trained = models.get_json(f"tiny/{RUN}-1/training.json")
+    passing = {(a["prompt"], a["completion"]) for a in attempts if a["reward"] == 1.0}
+    assert trained["examples"] == len(passing), trained
+
+    # evaluated, then rolled out or kept, with the reason, the candidate gone
+    record = loop.get_json(f"{RUN}/iteration-1/record.json")
+    assert record["candidate"] == f"{RUN}-1" and record["heldout_candidate"] is not None
+    assert record["outcome"] in ("promoted", "kept"), record
+    served = served_root(url)
+    if record["outcome"] == "promoted":
+        assert served == f"s3://models/tiny/{RUN}-1/"
+    else:
+        assert served == "s3://models/tiny/r1/" and "under the margin" in record["reason"]
+    assert [p.metadata.labels["gridloop.io/model"] for p in model_pods(local_cluster)] == ["tiny"]
+    assert load.failures == [], load.failures[:5]
+    assert load.sent > 0
+    for name in ("summary.md", "summary.json", "heldout.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    assert "| 1 | r1 | 30 |" in (tmp_path / "out" / "summary.md").read_text()
