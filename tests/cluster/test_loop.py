@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,51 @@ def test_a_failed_training_stops_the_iteration_then_a_rerun_closes_the_loop(
     for name in ("summary.md", "summary.json", "heldout.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert "| 1 | r1 | 30 |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_a_revision_whose_weights_do_not_load_stops_at_the_candidate_and_nothing_changes(
+    platform, local_cluster
+) -> None:
+    """The next revision is in the store already (training.json there, so no RayJob) but
+    its weights are not a model: its candidate server never becomes ready."""
+    run, suite = f"{RUN}-bad", make_suite(TASKS, SEED)
+    url = service_url(local_cluster)
+    served = served_root(url)
+    loop, models = store(local_cluster), store(local_cluster, "models")
+    revision = served.rstrip("/").rsplit("/", 1)[1]
+    for task, split in [(t, "train") for t in suite.train[:TRAIN_TASKS]] + [
+        (t, "heldout") for t in suite.heldout[:HELDOUT_TASKS]
+    ]:  # every attempt stored: nothing to collect or evaluate again
+        seeded = Attempt(
+            task_id=task.id, split=split, family=task.family, attempt=0, revision=served,
+            temperature=1.0, prompt=task.prompt(""), completion=task.answer,
+            choice=task.candidates.index(task.fix), patched_line=task.fix, reward=1.0,
+            test_exit_code=0, test_output="seeded by the test",
+        )  # fmt: skip
+        key = (
+            collect_key(run, 1, task.id)
+            if split == "train"
+            else f"{evaluate_prefix(run, revision)}{task.id}.jsonl"
+        )
+        loop.put_attempts(
+            key, [seeded, replace(seeded, attempt=1)] if split == "heldout" else [seeded]
+        )
+    for name, body in (
+        ("config.json", b"{not json"),
+        ("model.safetensors", b"not weights"),
+        ("training.json", b"{}"),
+    ):
+        models._s3.put_object(Bucket="models", Key=f"tiny/{run}-1/{name}", Body=body)
+
+    bad = loop_run(platform, local_cluster, "--run", run, "--candidate-timeout", "150")
+    out, _ = bad.communicate(timeout=900)
+
+    assert bad.returncode == 1, out
+    assert f"train: s3://models/tiny/{run}-1/ is already trained" in out, out
+    assert "iteration 1: stopped: candidate: gridloop upgrade failed:" in out, out
+    assert f"tiny still serves {revision}" in out, out
+    assert "cleanup: tiny-candidate removed" in out, out
+    assert served_root(url) == served
+    assert [p.metadata.labels["gridloop.io/model"] for p in model_pods(local_cluster)] == ["tiny"]
+    record = loop.get_json(f"{run}/iteration-1/record.json")
+    assert record["outcome"] == "stopped" and record["reason"].startswith("candidate:")

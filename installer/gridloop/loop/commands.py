@@ -90,6 +90,12 @@ def register(sub: Any) -> None:
         help="seconds a cluster phase may take (default 900)",
     )
     run.add_argument(
+        "--candidate-timeout",
+        type=float,
+        default=defaults["candidate_timeout_s"],
+        help="seconds the candidate's server may take to be ready (default 300)",
+    )
+    run.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -112,6 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: {args.out} is not a folder")
     values = {f.name: getattr(args, f.name) for f in fields(Settings) if hasattr(args, f.name)}
     values["timeout_s"] = args.timeout
+    values["candidate_timeout_s"] = args.candidate_timeout
     settings = Settings(**values)
     records = Loop(settings).run()
     table = deciding.summary_table(records)

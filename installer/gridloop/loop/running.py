@@ -87,6 +87,8 @@ class Settings:
     chart: str | None = None
     kubeconfig: str | None = None
     timeout_s: float = 900.0  # per phase that waits on the cluster
+    # the candidate's server: a revision that has not loaded by then never will
+    candidate_timeout_s: float = 300.0
 
     def check(self) -> None:
         check_run_name(self.run)
@@ -181,19 +183,20 @@ class Cluster:
             raise LoopError(f"release: helm get values {s.release} -n {s.namespace}: {said}")
         return dict(json.loads(got.stdout or "{}") or {})
 
-    def upgrade(self, values: dict[str, Any], why: str) -> None:
+    def upgrade(self, values: dict[str, Any], why: str, timeout_s: float | None = None) -> None:
         """`gridloop upgrade` of the release with `values` (its own, changed), waiting."""
         s = self.settings
+        timeout_s = s.timeout_s if timeout_s is None else timeout_s
         with tempfile.TemporaryDirectory(prefix="gridloop-loop-") as folder:
             path = Path(folder) / "values.yaml"
             path.write_text(yaml.safe_dump(values, sort_keys=False))
             args = ["upgrade", "-f", str(path), "--namespace", s.namespace]
-            args += ["--release", s.release, "--wait", "--timeout", f"{int(s.timeout_s)}s"]
+            args += ["--release", s.release, "--wait", "--timeout", f"{int(timeout_s)}s"]
             if s.chart:
                 args += ["--chart", s.chart]
             if s.kubeconfig:
                 args += ["--kubeconfig", s.kubeconfig]
-            done = self.gridloop(*args, timeout=s.timeout_s + 120)
+            done = self.gridloop(*args, timeout=timeout_s + 300)
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
             said = " ".join(lines[-2:]) if lines else f"exit {done.returncode}"
@@ -458,7 +461,9 @@ class Loop:
         t0 = time.monotonic()
         values = self.cluster.release_values()
         say(f"candidate: serving {revision} as {deciding.candidate_name(s.model)}")
-        self.cluster.upgrade(deciding.with_candidate(values, s.model, revision), "candidate")
+        self.cluster.upgrade(
+            deciding.with_candidate(values, s.model, revision), "candidate", s.candidate_timeout_s
+        )
         record.seconds["candidate"] = time.monotonic() - t0
         # 5. evaluate it
         candidate = self.cluster.model(deciding.candidate_name(s.model))
