@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     values["timeout_s"] = args.timeout
     values["candidate_timeout_s"] = args.candidate_timeout
     settings = Settings(**values)
-    records = Loop(settings).run()
+    records = Loop(settings, say=lambda line: print(line, flush=True)).run()
     table = deciding.summary_table(records)
     print()
     print(table)

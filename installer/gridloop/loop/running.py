@@ -154,11 +154,15 @@ class Cluster:
         url = self.service_url(s.sandbox_namespace, ROUTER_SERVICE, ROUTER_PORT)
 
         def claim() -> AbstractContextManager[Sandbox]:
+            # 60 s: a claim is served in seconds here, warm or cold; one that is not by
+            # then waits on a sandbox that will not come (agent-sandbox v0.2.1 can bind a
+            # claim to a warm-pool pod that is going away: kubernetes-sigs/agent-sandbox
+            # #1513), so the agent gives it up and claims again
             return SandboxClient(  # type: ignore[no-any-return]
                 template_name=s.template,
                 namespace=s.sandbox_namespace,
                 api_url=url,
-                sandbox_ready_timeout=180,
+                sandbox_ready_timeout=60,
             )
 
         return claim
