@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +43,8 @@ from gridloop.loop.trajectories import Attempt, collect_key, collect_prefix, eva
 
 pytestmark = pytest.mark.cluster
 
-RUN = "itest"
+# the object store outlives a release: a run of its own each session
+RUN = f"itest-{uuid.uuid4().hex[:6]}"
 TASKS, TRAIN_TASKS, HELDOUT_TASKS, SEED = 40, 10, 6, 21
 ARGS = (
     "--run", RUN, "--iterations", "1", "--tasks", str(TASKS), "--seed", str(SEED),

@@ -174,6 +174,8 @@ def plot(records: list[Any], path: Path, run: str) -> None:
     ax.set_ylabel("held-out pass@1")
     ax.set_ylim(0, 1)
     ax.set_xticks(xs)
+    if xs:
+        ax.set_xlim(min(xs) - 0.4, max(xs) + 0.4)  # room for the labels at the ends
     ax.set_title(f"gridloop loop run --run {run}")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()

@@ -307,6 +307,18 @@ def _wait_gone(custom: Any, namespace: str, name: str, timeout: float = 180) -> 
     raise LoopError(f"train: the failed RayJob {namespace}/{name} was not deleted in {timeout}s")
 
 
+def _wait_served(model: Model, revision: str, deadline: float) -> None:
+    """Until every answer through the model's Service comes from `revision`."""
+    seen = ""
+    while time.monotonic() < deadline:
+        roots = {deciding.revision_name(model.revision()) for _ in range(5)}
+        if roots == {revision}:
+            return
+        seen = ", ".join(sorted(roots))
+        time.sleep(2)
+    raise LoopError(f"rollout: the Service still answers from {seen}, not only {revision}")
+
+
 def chosen(tasks: tuple[Task, ...], count: int) -> list[Task]:
     return list(tasks if count == 0 else tasks[:count])
 
@@ -488,6 +500,9 @@ class Loop:
         else:
             self.cluster.upgrade(deciding.without_candidate(values, s.model), "candidate removal")
             record.outcome = "kept"
+        if decision.promote:
+            # the old pod answers until its preStop wait ends and it is gone
+            _wait_served(serving, revision, deadline=time.monotonic() + 120)
         record.seconds["rollout"] = time.monotonic() - t0
         record.served_after = deciding.revision_name(serving.revision())
         say(f"iteration {n}: {record.outcome}; {s.model} serves {record.served_after}")
