@@ -134,3 +134,24 @@ def test_the_summary_has_a_row_per_iteration_with_the_reason_of_a_kept_revision(
     )
     assert "| kept: under the margin | demo-1 |" in table[3]
     assert IterationRecord.from_json(records[0].to_json()) == records[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--workers", "0"], "error: --workers: must be at least 1, got 0"),
+        (["--run", "Demo_1"], "error: --run: 'Demo_1' must be 1 to 40 lower-case letters"),
+        (["--margin", "1.5"], "error: --margin: must be from 0 to 1 (a share), got 1.5"),
+        (["--candidate-timeout", "0"], "error: --candidate-timeout: must be a number of seconds"),
+        (["--temperature", "3"], "error: --temperature: must be from 0 to 2, got 3.0"),
+    ],
+)
+def test_a_bad_flag_is_named_in_one_line_before_anything_is_reached(
+    flags: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gridloop.cli import main
+
+    # no cluster, no object store: the flags are refused before either is asked
+    assert main(["loop", "run", *flags]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(line) and "\n" not in err, err

@@ -91,7 +91,10 @@ class Settings:
     candidate_timeout_s: float = 300.0
 
     def check(self) -> None:
-        check_run_name(self.run)
+        try:
+            check_run_name(self.run)
+        except ValueError as err:
+            raise LoopError(f"--{err}") from None
         for name in ("iterations", "tasks", "attempts", "eval_attempts", "workers", "epochs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -103,6 +106,12 @@ class Settings:
             raise LoopError(f"--temperature: must be from 0 to 2, got {self.temperature}")
         if not 0 <= self.margin < 1:
             raise LoopError(f"--margin: must be from 0 to 1 (a share), got {self.margin}")
+        for flag, seconds in (
+            ("--timeout", self.timeout_s),
+            ("--candidate-timeout", self.candidate_timeout_s),
+        ):
+            if not seconds > 0:
+                raise LoopError(f"{flag}: must be a number of seconds above 0, got {seconds}")
 
     def identity(self) -> dict[str, Any]:
         """What a run is fixed to: a re-run with other values is another run."""
@@ -496,13 +505,12 @@ class Loop:
         if decision.promote:
             say(f"rollout: {s.model} -> {revision} behind the same Service")
             self.cluster.upgrade(deciding.without_candidate(values, s.model, revision), "rollout")
+            # the old pod answers until its preStop wait ends and it is gone
+            _wait_served(serving, revision, deadline=time.monotonic() + 120)
             record.outcome = "promoted"
         else:
             self.cluster.upgrade(deciding.without_candidate(values, s.model), "candidate removal")
             record.outcome = "kept"
-        if decision.promote:
-            # the old pod answers until its preStop wait ends and it is gone
-            _wait_served(serving, revision, deadline=time.monotonic() + 120)
         record.seconds["rollout"] = time.monotonic() - t0
         record.served_after = deciding.revision_name(serving.revision())
         say(f"iteration {n}: {record.outcome}; {s.model} serves {record.served_after}")
