@@ -37,7 +37,7 @@ from platform_install import (
 from test_inference_served import EXAMPLE, Load, model_pods, served_root, service_url
 
 from gridloop.local import object_store
-from gridloop.loop.build_tasks import make_suite
+from gridloop.loop.build_tasks import LETTERS, make_suite
 from gridloop.loop.store import Store
 from gridloop.loop.trajectories import Attempt, collect_key, collect_prefix, evaluate_prefix
 
@@ -111,6 +111,17 @@ def loop_run(platform: Installed, local_cluster, *extra: str) -> subprocess.Pope
     )
 
 
+def seeded_attempt(task, split: str, revision: str, line: str) -> Attempt:
+    """An attempt the test puts in the store, as if the agent had written `line`."""
+    right = line == task.fix
+    return Attempt(
+        task_id=task.id, split=split, family=task.family, attempt=0, revision=revision,
+        temperature=1.0, prompt=task.prompt(""), completion=LETTERS[task.candidates.index(line)],
+        choice=task.candidates.index(line), patched_line=line, reward=1.0 if right else 0.0,
+        test_exit_code=0 if right else 1, test_output="seeded by the test",
+    )  # fmt: skip
+
+
 def store(local_cluster, bucket: str = "loop") -> Store:
     env = store_env(local_cluster)
     os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
@@ -141,12 +152,7 @@ def test_a_failed_training_stops_the_iteration_then_a_rerun_closes_the_loop(
     # 1. every train task's attempts stored beforehand, all failing: nothing to learn from
     for task in train:
         wrong = next(c for c in task.candidates if c != task.fix)
-        seeded = Attempt(
-            task_id=task.id, split="train", family=task.family, attempt=0,
-            revision="s3://models/tiny/r1/", temperature=1.0, prompt=task.prompt(""),
-            completion="A", choice=task.candidates.index(wrong), patched_line=wrong,
-            reward=0.0, test_exit_code=1, test_output="seeded by the test",
-        )  # fmt: skip
+        seeded = seeded_attempt(task, "train", "s3://models/tiny/r1/", wrong)
         loop.put_attempts(collect_key(RUN, 1, task.id), [seeded])
     failed = loop_run(platform, local_cluster)
     out, _ = failed.communicate(timeout=1200)
@@ -227,12 +233,7 @@ def test_a_revision_whose_weights_do_not_load_stops_at_the_candidate_and_nothing
     for task, split in [(t, "train") for t in suite.train[:TRAIN_TASKS]] + [
         (t, "heldout") for t in suite.heldout[:HELDOUT_TASKS]
     ]:  # every attempt stored: nothing to collect or evaluate again
-        seeded = Attempt(
-            task_id=task.id, split=split, family=task.family, attempt=0, revision=served,
-            temperature=1.0, prompt=task.prompt(""), completion=task.answer,
-            choice=task.candidates.index(task.fix), patched_line=task.fix, reward=1.0,
-            test_exit_code=0, test_output="seeded by the test",
-        )  # fmt: skip
+        seeded = seeded_attempt(task, split, served, task.fix)
         key = (
             collect_key(run, 1, task.id)
             if split == "train"

@@ -198,11 +198,11 @@ def sample_seed(seed: str, task_id: str, number: int) -> int:
 
 @dataclass
 class PhaseResult:
-    attempts: list[Attempt] = field(default_factory=list)
-    stored: list[str] = field(default_factory=list)  # object keys written
+    """What a phase did not do: the attempts themselves are in the store (the caller reads
+    them back, stored before or now, to count them)."""
+
     skipped: list[str] = field(default_factory=list)  # tasks already in the store
     errors: list[str] = field(default_factory=list)  # tasks the infrastructure failed
-    seconds: float = 0.0
 
 
 def run_phase(
@@ -222,7 +222,6 @@ def run_phase(
     skipped."""
     revision = model.revision()
     result = PhaseResult()
-    t0 = time.monotonic()
 
     def one(task: Task, split: str) -> None:
         if already(task):
@@ -247,12 +246,9 @@ def run_phase(
                     progress(task, None, message)
                     return
                 progress(task, None, f"{message} (trying again in a new sandbox)")
-        result.attempts.extend(done)
-        result.stored.append(key)
         progress(task, done, key)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for future in [pool.submit(one, t, s) for t, s in tasks]:
             future.result()
-    result.seconds = time.monotonic() - t0
     return result

@@ -378,11 +378,10 @@ class Loop:
         key: Callable[[Task], str], seed: str,
     ) -> PhaseResult:  # fmt: skip
         done_tasks = 0
-        t0 = time.monotonic()
-        last_said = [0.0]
+        t0 = last_said = time.monotonic()
 
         def progress(task: Task, attempts_done: list[Attempt] | None, message: str) -> None:
-            nonlocal done_tasks
+            nonlocal done_tasks, last_said
             done_tasks += 1
             if attempts_done is None and not message.startswith("stored"):
                 self.say(f"{label}: {message}")
@@ -390,8 +389,8 @@ class Loop:
                     done_tasks -= 1  # not done yet
                     return
             now = time.monotonic()
-            if now - last_said[0] > 10 or done_tasks == len(tasks):
-                last_said[0] = now
+            if now - last_said > 10 or done_tasks == len(tasks):
+                last_said = now
                 self.say(f"{label}: {done_tasks}/{len(tasks)} tasks ({now - t0:.0f}s)")
 
         result = run_phase(
