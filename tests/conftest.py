@@ -34,6 +34,7 @@ from kubernetes import client
 
 from gridloop.errors import BuildError
 from gridloop.local import building, cluster, kube
+from gridloop.local.container import starting as container
 from gridloop.local.state import State, load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +89,11 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield LocalCluster(state, kube.api_client(state.kubeconfig))
         return
     state_dir = tmp_path_factory.mktemp("cluster") / "state"
+    # a disk that fills while the node pulls the vLLM image evicts every pod: say so now,
+    # not as install timeouts an hour later
+    note = container.disk_note(cluster.read_fleet(DEFAULT_FLEET), state_dir)
+    if note:
+        pytest.fail(f"the cluster tests serve a model: {note}", pytrace=False)
     # the exporters and Prometheus run; health tests drive their own health service
     result = cluster.up(
         state_dir, DEFAULT_FLEET, TEST_BASE_PORT, say=lambda _m: None, health_service=False

@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gridloop.bundle import bundling
+from gridloop.chart import readiness
 from gridloop.local import building, cluster
 
 RELEASE = "gridloop-itest"
@@ -54,9 +55,9 @@ class Installed:
         assert found, self.install_output
         return int(found.group(1))
 
-    def gridloop(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def gridloop(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [GRIDLOOP, *args], capture_output=True, text=True, env=self.env, timeout=600
+            [GRIDLOOP, *args], capture_output=True, text=True, env=self.env, timeout=timeout
         )
 
     def helm(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -97,6 +98,8 @@ class Installed:
             verb, "--chart", str(self.chart), "--profile", "local", "-f", str(values),
             *flags, "--namespace", NAMESPACE, "--release", RELEASE, "--wait", "--timeout", timeout,
             "--kubeconfig", self.env["KUBECONFIG"],
+            # past the wait's own deadline, so gridloop says what is not ready
+            timeout=readiness.seconds(timeout) + 120,
         )  # fmt: skip
 
 
@@ -129,7 +132,9 @@ def installed_platform(
         yield Installed(setup.chart, setup.fleet, work, env, result.stdout, sets, files)
     finally:
         # gridloop uninstall: Kueue's queues and flavors go while Kueue still runs
-        setup.gridloop("uninstall", *setup.where())
+        gone = setup.gridloop("uninstall", *setup.where())
+        if gone.returncode != 0:  # what the next modules will trip over, in the log
+            print(f"uninstall failed:\n{gone.stdout}{gone.stderr}", file=sys.stderr)
         remove_kept_namespaces(local_cluster.core)
 
 

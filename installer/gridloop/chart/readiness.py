@@ -9,7 +9,7 @@ the wait timed out, and marks the release failed; this names what is not ready.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gridloop.chart.objects import Ref
@@ -76,3 +76,23 @@ def without_ca(config: Mapping[str, Any] | None) -> list[str]:
         and ((hook.get("clientConfig") or {}).get("service"))
         and not (hook.get("clientConfig") or {}).get("caBundle")
     ]
+
+
+PRESSURES = ("DiskPressure", "MemoryPressure", "PIDPressure")
+
+
+def pressured(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`node system-000 has DiskPressure ...` for each node a kubelet reports under
+    pressure: it evicts pods and admits no new ones, so a wait on them cannot end."""
+    said = []
+    for node in nodes:
+        conditions = (node.get("status") or {}).get("conditions") or []
+        true = [c["type"] for c in conditions if c.get("status") == "True"]
+        under = [kind for kind in true if kind in PRESSURES]
+        if under:
+            name = (node.get("metadata") or {}).get("name", "?")
+            said.append(
+                f"node {name} has {' and '.join(under)}: its kubelet evicts pods and "
+                "admits no new ones"
+            )
+    return said

@@ -3,10 +3,11 @@
 Reads only (Deployments, DaemonSets, StatefulSets, EndpointSlices), polled every
 POLL seconds until a deadline; at the deadline a model's Deployment that is not ready
 gets a Warning Event saying which revision serves and why the new one is stuck
-(models/watching.py), and the error says the same. On a terminal the wait shows a progress bar
-(rich.progress: already installed as Textual's renderer, it redraws one line and
-stays silent when the output is not a terminal); elsewhere it prints nothing until
-it ends. The rules of readiness are in readiness.py.
+(models/watching.py), and the error says the same, with every node whose kubelet
+reports disk, memory or PID pressure (it evicts pods: the wait could not end). On a
+terminal the wait shows a progress bar (rich.progress: already installed as Textual's
+renderer, it redraws one line and stays silent when the output is not a terminal);
+elsewhere it prints nothing until it ends. The rules of readiness are in readiness.py.
 """
 
 from __future__ import annotations
@@ -68,11 +69,17 @@ def workloads(api: client.ApiClient, refs: Sequence[Ref], timeout: float) -> Non
             if not any(states.values()):
                 return
             if time.monotonic() >= deadline:
-                said = "".join(f"\n  {m}" for m in _stuck_models(api, states))
+                found = [*_stuck_models(api, states), *_pressured_nodes(api)]
+                said = "".join(f"\n  {m}" for m in found)
                 raise NotReady(
                     f"not ready after {timeout:.0f}s: {readiness.not_ready(states)}{said}"
                 )
             time.sleep(POLL)
+
+
+def _pressured_nodes(api: client.ApiClient) -> list[str]:
+    nodes: list[dict[str, Any]] = get(api, "/api/v1/nodes").get("items") or []
+    return readiness.pressured(nodes)
 
 
 def _stuck_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:

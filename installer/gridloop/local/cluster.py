@@ -151,6 +151,8 @@ def up(
     if previous is not None and not alive:
         _sweep(previous, None)  # a cluster that died without `down` may have left pods
     container.check(fleet, str(fleet_path), state_dir)
+    if note := container.disk_note(fleet, state_dir):
+        say(f"note: {note}")
     binaries = _binaries(say, gpu_health, kueue, bool(nodes))
 
     state = State(

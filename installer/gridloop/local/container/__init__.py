@@ -5,6 +5,7 @@
                    (pure: a node's layout and settings in, file contents out)
 - `addons.py`      kube-proxy's configuration, CoreDNS's Corefile and the kube-dns objects
                    (pure)
+- `disk_room.py`   whether the disk under the state has room for the nodes' images (pure)
 - `hostnet.py`     the host bridge the pods live on, forwarding on it only, and the
                    GRIDLOOP-ISOLATE and GRIDLOOP-HOST chains
 - `cgroups.py`     the cgroup each node's runtime and pods run in: how `down` finds every

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from gridloop.local.container import disk_room
 from gridloop.local.container.layout import BRIDGE, METADATA_IP, NodeLayout
 
 MIRRORED = ("registry.k8s.io", "ghcr.io", "docker.io", "quay.io")
@@ -235,8 +236,8 @@ def kubelet_config(layout: NodeLayout, s: NodeSettings) -> str:
         # the host's disk is shared with everything else: evict only when it is nearly full
         "evictionHard": {
             "memory.available": "100Mi",
-            "nodefs.available": "2%",
-            "imagefs.available": "2%",
+            "nodefs.available": f"{disk_room.EVICTION_PERCENT}%",
+            "imagefs.available": f"{disk_room.EVICTION_PERCENT}%",
             "nodefs.inodesFree": "2%",
         },
         "imageGCHighThresholdPercent": 100,

@@ -30,7 +30,15 @@ from gridloop.fleet.nodes import (
     planned_container_nodes,
 )
 from gridloop.local import certs, flags, node_taints, processes
-from gridloop.local.container import addons, cgroups, configs, hostnet, kube_chains, sweeping
+from gridloop.local.container import (
+    addons,
+    cgroups,
+    configs,
+    disk_room,
+    hostnet,
+    kube_chains,
+    sweeping,
+)
 from gridloop.local.container.layout import (
     BRIDGE,
     CGROUP_PARENT,
@@ -107,6 +115,11 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
     problem = overlap_problem(source, subnet, read_host_networks())
     if problem:
         raise UsageError(problem)
+    where = existing_ancestor(state_dir)
+    usage = shutil.disk_usage(where)
+    refused = disk_room.refusal(where, usage.free, usage.total)
+    if refused:
+        raise UsageError(f"{source}: containerNodes: {refused}")
     owner = _owner()
     if owner is not None and owner != state_dir.resolve() and _runs(owner):
         # one local cluster at a time: the nodes share the host's network namespace, and
@@ -124,6 +137,23 @@ def check(fleet: Fleet, source: str, state_dir: Path) -> None:
                 f"cluster are still in cgroup {node.layout.cgroup} and could not be stopped: "
                 "stop them, then `gridloop local down`"
             )
+
+
+def existing_ancestor(path: Path) -> Path:
+    """`path`, or its nearest folder that exists (a state dir `up` has yet to make)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def disk_note(fleet: Fleet, state_dir: Path) -> str | None:
+    """A line to say when this disk has no room for a served model's images."""
+    if not fleet.container_node_count:
+        return None
+    where = existing_ancestor(state_dir)
+    usage = shutil.disk_usage(where)
+    return disk_room.shortfall_for_models(where, usage.free, usage.total)
 
 
 def _settings(
