@@ -249,7 +249,7 @@ def test_a_revision_whose_weights_do_not_load_stops_at_the_candidate_and_nothing
     ):
         models._s3.put_object(Bucket="models", Key=f"tiny/{run}-1/{name}", Body=body)
 
-    bad = loop_run(platform, local_cluster, "--run", run, "--candidate-timeout", "150")
+    bad = loop_run(platform, local_cluster, "--run", run, "--candidate-timeout", "60")
     out, _ = bad.communicate(timeout=900)
 
     assert bad.returncode == 1, out

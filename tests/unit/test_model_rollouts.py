@@ -204,3 +204,29 @@ def test_a_new_pod_template_of_the_serving_revision_is_told_apart():
         "r2 (1/1 ready) serves; r2's new pod template (Deployment revision 4) is stuck: the"
         " object store refused the keys for s3://models/tiny/r2/ (SignatureDoesNotMatch)"
     )
+
+
+def test_a_wait_gives_up_only_on_what_no_restart_fixes() -> None:
+    rss = [replica_set("r1", 1, 1, 1), replica_set("r2", 2, 1, 0)]
+
+    def hopeless(**status: object) -> bool:
+        return rollouts.rollout(deployment(2), rss, [pod("r2", **status)]).hopeless
+
+    def waiting(reason: str) -> dict:
+        return {"containerStatuses": [{"state": {"waiting": {"reason": reason}}}]}
+
+    # one crash whose log names the cause: missing weights, refused keys, no bucket
+    assert hopeless(**crashing(NO_FILES, restarts=0))
+    assert hopeless(**crashing("ClientError: (SignatureDoesNotMatch)", restarts=0))
+    assert hopeless(**crashing("botocore: NoSuchBucket", restarts=0))
+    # an unknown crash: once may be bad luck, twice in a row is not
+    assert not hopeless(**crashing("RuntimeError: out of cheese", restarts=1))
+    assert hopeless(**crashing("RuntimeError: out of cheese", restarts=rollouts.CRASHES))
+    # the spec names what is wrong; a pull that backs off may still succeed
+    assert hopeless(**waiting("CreateContainerConfigError"))
+    assert hopeless(**waiting("InvalidImageName"))
+    assert not hopeless(**waiting("ImagePullBackOff"))
+    # loading, or waiting for a node: the deadline decides
+    assert not hopeless(containerStatuses=[{"state": {"running": {}}, "restartCount": 0}])
+    pending = {"type": "PodScheduled", "status": "False", "message": "Insufficient cpu"}
+    assert not hopeless(phase="Pending", conditions=[pending])

@@ -4,7 +4,9 @@ Reads only (Deployments, DaemonSets, StatefulSets, EndpointSlices), polled every
 POLL seconds until a deadline; at the deadline a model's Deployment that is not ready
 gets a Warning Event saying which revision serves and why the new one is stuck
 (models/watching.py), and the error says the same, with every node whose kubelet
-reports disk, memory or PID pressure (it evicts pods: the wait could not end). On a
+reports disk, memory or PID pressure (it evicts pods: the wait could not end). A model
+whose new revision will certainly not start (rollouts.certain: no weights, refused keys,
+a server that crashed twice) ends the wait at once, with the same words. On a
 terminal the wait shows a progress bar (rich.progress: already installed as Textual's
 renderer, it redraws one line and stays silent when the output is not a terminal);
 elsewhere it prints nothing until it ends. The rules of readiness are in readiness.py.
@@ -25,7 +27,7 @@ from gridloop.chart import readiness
 from gridloop.chart.connecting import get
 from gridloop.chart.exits import NotReady
 from gridloop.chart.objects import Ref
-from gridloop.models import watching
+from gridloop.models import rollouts, watching
 
 POLL = 1.0  # seconds between reads
 PLURAL = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
@@ -68,12 +70,18 @@ def workloads(api: client.ApiClient, refs: Sequence[Ref], timeout: float) -> Non
             tick(sum(1 for why in states.values() if not why))
             if not any(states.values()):
                 return
-            if time.monotonic() >= deadline:
+            hopeless = _hopeless_models(api, states)
+            if hopeless or time.monotonic() >= deadline:
                 found = [*_stuck_models(api, states), *_pressured_nodes(api)]
                 said = "".join(f"\n  {m}" for m in found)
-                raise NotReady(
-                    f"not ready after {timeout:.0f}s: {readiness.not_ready(states)}{said}"
+                waited = time.monotonic() - deadline + timeout
+                when = (
+                    f"after {waited:.0f}s, given up before the {timeout:.0f}s timeout: "
+                    f"{', '.join(hopeless)} will not start without a change"
+                    if hopeless
+                    else f"after {timeout:.0f}s"
                 )
+                raise NotReady(f"not ready {when}: {readiness.not_ready(states)}{said}")
             time.sleep(POLL)
 
 
@@ -82,10 +90,11 @@ def _pressured_nodes(api: client.ApiClient) -> list[str]:
     return readiness.pressured(nodes)
 
 
-def _stuck_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
-    """For each model Deployment not ready: which revision serves and why the new one is
-    stuck, also written as an Event on the Deployment."""
-    said = []
+def _model_rollouts(
+    api: client.ApiClient, states: dict[Ref, str]
+) -> list[tuple[dict[str, Any], rollouts.Rollout]]:
+    """Each model Deployment among the workloads not ready, with its unfinished rollout."""
+    out = []
     for ref, why in states.items():
         if not why or ref.kind != "Deployment":
             continue
@@ -93,8 +102,22 @@ def _stuck_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
         if found is None or not watching.is_model(found):
             continue
         rollout = watching.read(api, found)
-        if rollout.done:
-            continue
+        if not rollout.done:
+            out.append((found, rollout))
+    return out
+
+
+def _hopeless_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
+    """The models whose new revision is certainly stuck (rollouts.certain): waiting
+    longer cannot make the install ready."""
+    return [f"model {r.model}" for _found, r in _model_rollouts(api, states) if r.hopeless]
+
+
+def _stuck_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
+    """For each model Deployment not ready: which revision serves and why the new one is
+    stuck, also written as an Event on the Deployment."""
+    said = []
+    for found, rollout in _model_rollouts(api, states):
         try:
             said.append(watching.record(api, found, rollout))
         except ApiException as err:  # the reason still reaches the user, without the Event

@@ -47,6 +47,9 @@ _NO_WEIGHTS = (
     "NoSuchKey",
 )
 _NO_BUCKET = re.compile(r"\bNoSuchBucket\b")
+# waiting reasons no retry clears: the pod spec itself is wrong
+_WRONG_SPEC = {"InvalidImageName", "CreateContainerConfigError"}
+CRASHES = 2  # a server that failed this many starts in a row will fail the next
 _ERROR_LINE = re.compile(r"(Error|error|Exception|exception|refused|denied|failed)")
 LINE = 200  # characters of a log line quoted in a reason
 
@@ -66,6 +69,8 @@ class Rollout:
     wanted: Revision | None  # the revision the Deployment rolls to (its newest ReplicaSet)
     serving: tuple[Revision, ...]  # revisions with ready pods, newest first
     stuck: str = ""  # why the wanted revision is not ready and will not be; "" otherwise
+    # and no wait can change that: only a new revision, values or Secret will (`certain`)
+    hopeless: bool = False
 
     @property
     def done(self) -> bool:
@@ -178,6 +183,26 @@ def pod_reason(pod: Mapping[str, Any], where: str) -> str:
     return ""
 
 
+def certain(pod: Mapping[str, Any]) -> bool:
+    """The pod will not become ready until something is changed: a waiting reason that
+    names its spec, a crashed server whose log names a cause no restart fixes (weights
+    missing, keys refused, no bucket), or CRASHES crashes in a row. An install's wait
+    ends on it at once rather than at its deadline (chart/waiting.py)."""
+    for c in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = c.get("state") or {}
+        if ((state.get("waiting") or {}).get("reason")) in _WRONG_SPEC:
+            return True
+        now, last = state.get("terminated") or {}, (c.get("lastState") or {}).get("terminated")
+        crashed = now if now.get("exitCode") else (last or {})
+        if not crashed.get("exitCode"):
+            continue
+        message = str(crashed.get("message") or "")
+        known = any(s in message for s in _NO_WEIGHTS) or _REFUSED.search(message)
+        if known or _NO_BUCKET.search(message) or int(c.get("restartCount") or 0) >= CRASHES:
+            return True
+    return False
+
+
 def _deadline(deployment: Mapping[str, Any]) -> str:
     for cond in (deployment.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
@@ -204,4 +229,4 @@ def rollout(
     where = wanted.weights or wanted.name
     reasons = [why for why in (pod_reason(p, where) for p in mine) if why]
     stuck = reasons[0] if reasons else _deadline(deployment)
-    return Rollout(model, wanted, serving, stuck)
+    return Rollout(model, wanted, serving, stuck, bool(stuck) and any(map(certain, mine)))
