@@ -144,3 +144,19 @@ def test_each_gvisor_patch_applies_exactly_once_to_the_pinned_module(patch: Sour
 
     assert patched.count("// gridloop") == 1
     assert '\t"os"\n' in patched  # the patch calls os.IsPermission: the file imports os
+
+
+def test_go_builds_collect_less_often_within_a_memory_limit_unless_the_user_chose(
+    monkeypatch, tmp_path
+) -> None:
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.delenv("GOMEMLIMIT", raising=False)
+    env = building._go_env(tmp_path)
+    assert env["GOGC"] == "400"
+    limit = int(env["GOMEMLIMIT"].removesuffix("MiB")) * 2**20
+    assert 0 < limit <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+    monkeypatch.setenv("GOGC", "50")
+    monkeypatch.setenv("GOMEMLIMIT", "1GiB")
+    env = building._go_env(tmp_path)
+    assert (env["GOGC"], env["GOMEMLIMIT"]) == ("50", "1GiB")
