@@ -69,7 +69,7 @@ def kuberay_sample() -> dict:
     return dict(sample)
 
 
-def test_kuberays_kueue_sample_is_admitted_whole_and_completes_on_the_container_nodes(
+def test_kuberays_kueue_sample_is_admitted_whole_and_runs_on_the_container_nodes(
     two_nodes, local_cluster, eventually
 ) -> None:
     api = local_cluster.api

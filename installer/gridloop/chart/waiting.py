@@ -6,10 +6,10 @@ gets a Warning Event saying which revision serves and why the new one is stuck
 (models/watching.py), and the error says the same, with every node whose kubelet
 reports disk, memory or PID pressure (it evicts pods: the wait could not end). A model
 whose new revision will certainly not start (rollouts.certain: no weights, refused keys,
-a server that crashed twice) ends the wait at once, with the same words. On a
-terminal the wait shows a progress bar (rich.progress: already installed as Textual's
-renderer, it redraws one line and stays silent when the output is not a terminal);
-elsewhere it prints nothing until it ends. The rules of readiness are in readiness.py.
+a server that crashes again after two restarts) ends the wait at once, with the same
+words. On a terminal the wait shows a progress bar (rich.progress: already installed as
+Textual's renderer, it redraws one line and stays silent when the output is not a
+terminal); elsewhere it prints nothing until it ends. The rules of readiness are in readiness.py.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ _NO_WEIGHTS = (
 _NO_BUCKET = re.compile(r"\bNoSuchBucket\b")
 # waiting reasons no retry clears: the pod spec itself is wrong
 _WRONG_SPEC = {"InvalidImageName", "CreateContainerConfigError"}
-CRASHES = 2  # a server that failed this many starts in a row will fail the next
+CRASHES = 2  # a server restarted this many times after crashing will crash again
 _ERROR_LINE = re.compile(r"(Error|error|Exception|exception|refused|denied|failed)")
 LINE = 200  # characters of a log line quoted in a reason
 
@@ -186,7 +186,7 @@ def pod_reason(pod: Mapping[str, Any], where: str) -> str:
 def certain(pod: Mapping[str, Any]) -> bool:
     """The pod will not become ready until something is changed: a waiting reason that
     names its spec, a crashed server whose log names a cause no restart fixes (weights
-    missing, keys refused, no bucket), or CRASHES crashes in a row. An install's wait
+    missing, keys refused, no bucket), or a crash after CRASHES restarts. An install's wait
     ends on it at once rather than at its deadline (chart/waiting.py)."""
     for c in (pod.get("status") or {}).get("containerStatuses") or []:
         state = c.get("state") or {}
