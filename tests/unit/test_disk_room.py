@@ -25,7 +25,7 @@ def test_a_disk_below_the_eviction_floor_plus_the_platform_images_is_refused() -
 
 
 def test_room_for_the_platform_but_not_a_served_model_is_a_note_not_a_refusal() -> None:
-    free = 15 * GIB  # what CI had when the vLLM image's pull evicted every pod
+    free = 15 * GIB  # what stop 31's CI most likely started with (the vLLM pull takes ~12)
     assert disk_room.refusal(WHERE, free, TOTAL) is None
     note = disk_room.shortfall_for_models(WHERE, free, TOTAL)
     assert note is not None

@@ -70,9 +70,10 @@ def workloads(api: client.ApiClient, refs: Sequence[Ref], timeout: float) -> Non
             tick(sum(1 for why in states.values() if not why))
             if not any(states.values()):
                 return
-            hopeless = _hopeless_models(api, states)
+            models = _model_rollouts(api, states)
+            hopeless = [f"model {r.model}" for _found, r in models if r.hopeless]
             if hopeless or time.monotonic() >= deadline:
-                found = [*_stuck_models(api, states), *_pressured_nodes(api)]
+                found = [*_stuck_models(api, models), *_pressured_nodes(api)]
                 said = "".join(f"\n  {m}" for m in found)
                 waited = time.monotonic() - deadline + timeout
                 when = (
@@ -107,17 +108,13 @@ def _model_rollouts(
     return out
 
 
-def _hopeless_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
-    """The models whose new revision is certainly stuck (rollouts.certain): waiting
-    longer cannot make the install ready."""
-    return [f"model {r.model}" for _found, r in _model_rollouts(api, states) if r.hopeless]
-
-
-def _stuck_models(api: client.ApiClient, states: dict[Ref, str]) -> list[str]:
+def _stuck_models(
+    api: client.ApiClient, models: list[tuple[dict[str, Any], rollouts.Rollout]]
+) -> list[str]:
     """For each model Deployment not ready: which revision serves and why the new one is
-    stuck, also written as an Event on the Deployment."""
+    stuck (rollouts.certain says when no wait helps), also written as an Event on it."""
     said = []
-    for found, rollout in _model_rollouts(api, states):
+    for found, rollout in models:
         try:
             said.append(watching.record(api, found, rollout))
         except ApiException as err:  # the reason still reaches the user, without the Event
