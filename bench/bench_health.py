@@ -18,6 +18,10 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
      alternated (A B A B ...) `--rounds` times each: a worker count (16 as shipped; 1,
      one node action at a time, the baseline), `old:N` for another checkout's service
      (`--old-code`), or `pod` for the chart's Deployment (`--in-cluster`);
+   - then (unless `--no-backlog`) each host-process configuration once more with the
+     storm all in Prometheus before the service starts (a restart or failover in a storm):
+     how fast it takes out a backlog, from its start (`backlog_round`). The other rounds'
+     rate is bounded by the faults reaching Prometheus over a scrape interval;
    - then (unless `--no-slowed`) each once more while a second client loads Prometheus
      with heavy queries (`Loader`).
    A new service process (or scaled-up Deployment) serves each round; the service itself
@@ -37,7 +41,7 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
 Usage (binaries built, nothing else running on the machine):
 
     .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 500] [--rounds 3]
-        [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed]
+        [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed] [--no-backlog]
         [--scrape 15] [--cycle-nodes 5000] [--cycle-scrape 60] [--logs DIR] [--json FILE]
 """
 
@@ -51,7 +55,6 @@ import os
 import platform
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -60,6 +63,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -104,14 +108,15 @@ def _policy(path: Path, nodes: int, scrape_s: int) -> Path:
     return path
 
 
-def _set_scrape_interval(state: State, seconds: int) -> None:
-    """Rewrite the generated Prometheus config and reload it (SIGHUP), as an operator would."""
-    path = state.dir / "prometheus.yml"
-    config = yaml.safe_load(path.read_text())
-    config["global"] = {"scrape_interval": f"{seconds}s", "evaluation_interval": f"{seconds}s"}
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    [prom] = [p for p in state.processes if p.name == "prometheus"]
-    os.kill(prom.pid, signal.SIGHUP)
+def _prometheus_settings(part: str, scrape_s: int) -> dict[str, str]:
+    """Prometheus's global settings for a run, set before it starts (a reload while the
+    cluster is young restarts every scrape loop, and the benchmark would measure that):
+    the run's scrape interval, and with --logs, every query it answers with its timings."""
+    settings = {"scrape_interval": f"{scrape_s}s", "evaluation_interval": f"{scrape_s}s"}
+    if LOGS is not None:  # one JSON a line
+        LOGS.mkdir(parents=True, exist_ok=True)
+        settings["query_log_file"] = str(LOGS / f"prometheus-queries-{part}.log")
+    return settings
 
 
 class Served:
@@ -399,6 +404,14 @@ def scrapes_done(
     return out
 
 
+def failed_scrapes(prom: PrometheusConnect, since: float) -> int:
+    """How many exporter scrapes failed since `since` (`up` 0: a timeout, here)."""
+    span = int(time.time() - since) + 1
+    up = f'up{{job="{flags.EXPORTER_JOB}"}}[{span}s]'
+    answer = prom.custom_query(f"sum(count_over_time({up}) - sum_over_time({up}))")
+    return int(float(answer[0]["value"][1])) if answer else 0
+
+
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
@@ -440,6 +453,7 @@ def failure_round(
     samples = first_fault_samples(prom, chosen, injected - 1)
     latencies = [taints.seen[n] - samples[n] for n in names if n in taints.seen and n in samples]
     done = scrapes_done(prom, samples, injected - 1)
+    failed = failed_scrapes(prom, injected - 1)
     from_done = [taints.seen[n] - done[n] for n in names if n in taints.seen and n in done]
     missing = sorted(chosen - taints.seen.keys())
     first = min(samples.values()) if samples else injected
@@ -467,12 +481,59 @@ def failure_round(
         "in_prometheus_p50_s": round(statistics.median(from_done), 2) if from_done else None,
         "in_prometheus_p99_s": round(_pct(from_done, 99), 2) if from_done else None,
         "scrape_s_max": round(max(d - samples[n] for n, d in done.items()), 3) if done else None,
+        "failed_scrapes": failed,  # exporter scrapes that failed (timed out) in the round
         "inject_to_first_sample_s": round(first - injected, 2),
         "nodes_per_s": round(len(latencies) / max(last - first, 1e-3), 1),
         "peak_nodes_per_s": peak,
         "cycle_phase_mean_s": mean_phase,
         "_round_s": time.monotonic() - began,
     }
+
+
+def backlog_round(
+    state: State,
+    api: client.ApiClient,
+    prom: PrometheusConnect,
+    names: list[str],
+    start: Callable[[], Served],
+) -> tuple[dict[str, object], Served]:
+    """The storm is all in Prometheus before the service starts (a restart or a failover
+    during a storm): how fast it takes out a backlog of `names`, from its start. The rate
+    of the other rounds is bounded by the faults reaching Prometheus over a scrape
+    interval; this one is the service's own."""
+    began = time.monotonic()
+    taints = TaintWatch(api)
+    injected = time.time()
+    gpus = {n: 8 for n in names}
+
+    def inject(faults: FaultSet) -> FaultSet:
+        for name in names:
+            faults = faults.inject(gpus, Injection(node=name, gpu=0, xid=79), injected)
+        return faults
+
+    update_faults(state.dir / FAULTS_FILE, inject)
+    deadline = time.monotonic() + 120
+    while len(first_fault_samples(prom, set(names), injected - 1)) < len(names):
+        if time.monotonic() > deadline:
+            raise SystemExit("the backlog's faults never all reached Prometheus")
+        time.sleep(1)
+    time.sleep(1)
+    started = time.time()
+    service = start()
+    taints.wait_for(set(names), timeout=120 + len(names) / 5)
+    seen = sorted(taints.seen[n] for n in names if n in taints.seen)
+    peak = max((sum(1 for t in seen if s <= t < s + 1) for s in seen), default=0)
+    first, last = (seen[0], seen[-1]) if seen else (started, started)
+    return {
+        "failing": len(names),
+        "tainted": len(seen),
+        "others_tainted": len(taints.seen.keys() - set(names)),
+        "start_to_first_taint_s": round(first - started, 2),
+        "start_to_last_taint_s": round(last - started, 2),
+        "nodes_per_s": round(len(seen) / max(last - first, 1e-3), 1),
+        "peak_nodes_per_s": peak,
+        "_round_s": time.monotonic() - began,
+    }, service
 
 
 def _start(
@@ -489,8 +550,14 @@ def _start(
     state_dir = workdir / f"state-{part}"
     policy = _policy(workdir / f"policy-{part}.yaml", nodes, scrape_s)
     t0 = time.monotonic()
-    res = cluster.up(state_dir, fleet_file, BASE_PORT, say=lambda _m: None, health_service=False)
-    _set_scrape_interval(res.state, scrape_s)
+    res = cluster.up(
+        state_dir,
+        fleet_file,
+        BASE_PORT,
+        say=lambda _m: None,
+        health_service=False,
+        prometheus_settings=_prometheus_settings(part, scrape_s),
+    )
     print(f"cluster of {nodes} nodes up in {time.monotonic() - t0:.1f}s", flush=True)
     return fleet_file, state_dir, policy, res
 
@@ -638,6 +705,7 @@ def run_latency(
     slowed: bool,
     old_code: Path | None = None,
     in_cluster: bool = False,
+    backlog: bool = True,
 ) -> dict:
     """Rounds of `failing` nodes at once: the first right after the cluster and the service
     start (nothing settled), then, once the cluster has settled, the `workers`
@@ -658,6 +726,7 @@ def run_latency(
     random.Random(7).shuffle(pool)  # rounds take turns over every pool's nodes
     plan = [("unsettled", workers[0])]
     plan += [("settled", w) for _ in range(rounds) for w in workers]
+    plan += [("backlog", w) for w in workers if w != "pod"] if backlog else []
     plan += [("slowed", w) for w in workers] if slowed else []
     out: dict[str, object] = {"nodes": nodes, "scrape_interval_s": scrape_s, "rounds": []}
     settled_after = None
@@ -669,11 +738,34 @@ def run_latency(
                 print(f"cluster settled after {settled_after:.0f}s more", flush=True)
             names, pool = pool[:failing], pool[failing:]
             service: Served
-            if w == "pod":
-                service = PodService(api, replicas=2)
-            else:
+
+            def start(w: str = w) -> Served:
+                if w == "pod":
+                    return PodService(api, replicas=2)
                 count, code = configuration(w, old_code)
-                service = Service(res.state, policy, workers=count, interval=1.0, code=code)
+                return Service(res.state, policy, workers=count, interval=1.0, code=code)
+
+            def report(
+                row: dict[str, object], kind: str = kind, w: str = w, names: list[str] = names
+            ) -> None:
+                """Say the round, then wait for the service to release its nodes."""
+                row["round_s"] = round(row.pop("_round_s"), 1)  # type: ignore[arg-type]
+                row.update({"kind": kind, "workers": w})
+                print(json.dumps(row), flush=True)
+                out["rounds"].append(row)  # type: ignore[union-attr]
+                row["released_in_s"] = round(
+                    release_round(res.state, api, names, 120 + failing / 5), 1
+                )
+
+            if kind == "backlog":
+                row, service = backlog_round(res.state, api, prom, names, start)
+                try:
+                    report(row)
+                    pool += names
+                finally:
+                    service.stop()
+                continue
+            service = start()
             loader = None
             try:
                 if kind == "unsettled":
@@ -689,18 +781,12 @@ def run_latency(
                 # where the machine's two cores went during the round, busiest first
                 used = {k: round(after[k] - cpu[k], 1) for k in after if k in cpu}
                 row["cpu_s"] = dict(sorted(used.items(), key=lambda kv: -kv[1])[:6])
-                row["round_s"] = round(row.pop("_round_s"), 1)  # type: ignore[arg-type]
                 spent = engine_seconds(prom_url) - engine
                 row["prometheus_engine_s"] = None if math.isnan(spent) else round(spent, 1)
                 if loader:
                     row.update(loader.stop())
                     loader = None
-                row.update({"kind": kind, "workers": w})
-                print(json.dumps(row), flush=True)
-                out["rounds"].append(row)  # type: ignore[union-attr]
-                row["released_in_s"] = round(
-                    release_round(res.state, api, names, 120 + failing / 5), 1
-                )
+                report(row)
                 pool += names
             finally:
                 if loader:
@@ -844,6 +930,9 @@ def main() -> None:
     parser.add_argument(
         "--no-slowed", action="store_true", help="skip the rounds on a loaded Prometheus"
     )
+    parser.add_argument(
+        "--no-backlog", action="store_true", help="skip the rounds with the storm in first"
+    )
     parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--cycle-nodes", type=int, default=5000, help="0: skip")
     parser.add_argument("--cycles", type=int, default=10)
@@ -874,6 +963,7 @@ def main() -> None:
                 not args.no_slowed,
                 args.old_code,
                 args.in_cluster,
+                not args.no_backlog,
             )
         if args.cycle_nodes:
             results["cycle"] = run_cycle(

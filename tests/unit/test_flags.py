@@ -210,6 +210,17 @@ def test_prometheus_scrapes_each_simulated_exporter_as_its_own_target_on_loopbac
     assert groups[1]["labels"]["__metrics_path__"] == "/nodes/b-1/metrics"
 
 
+def test_a_benchmarks_prometheus_settings_go_into_the_config_it_starts_with() -> None:
+    ports = Ports.from_base(BASE)
+    default = flags.prometheus_config(ports, ["a-0"])["global"]
+    settings = {"scrape_interval": "15s", "query_log_file": "/tmp/q.log"}
+
+    config = flags.prometheus_config(ports, ["a-0"], settings=settings)
+
+    assert default == {"scrape_interval": "5s", "evaluation_interval": "5s"}
+    assert config["global"] == {**default, **settings}
+
+
 @pytest.mark.parametrize("base", [-1, 0, 80, 1023, 65535 - 42, 65535, 70000])
 def test_out_of_range_base_port_is_rejected(base: int) -> None:
     with pytest.raises(ValueError, match=f"--base-port {base} out of range"):

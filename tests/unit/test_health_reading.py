@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from gridloop.health.actions import Hold
-from gridloop.health.observed import Breaker, NodeView, Observed
+from gridloop.health.actions import ClearHealthy, Hold, MarkHealthy, Warn
+from gridloop.health.observed import Breaker, NodeView, Observed, Record
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy, Signals
 from gridloop.health.reading import baseline, connect, read, with_faults
@@ -78,7 +78,7 @@ def test_a_cycle_asks_only_for_fault_events_and_the_rest_in_the_background():
     q = queries(Policy(), "dcgm-exporter")
 
     # and when Prometheus last scraped any exporter: one value, to know the read is fresh
-    assert set(q) - BACKGROUND_FAMILIES == {"xid", "ecc_dbe", "fresh"}
+    assert set(q) - BACKGROUND_FAMILIES == {"events", "ecc_dbe", "fresh"}
     assert q["fresh"] == 'max(timestamp(up{job="dcgm-exporter"}))'
     assert {"presence", "row_remap_failure"} <= BACKGROUND_FAMILIES
 
@@ -100,6 +100,64 @@ def test_presence_and_up_are_one_query_so_one_view_of_prometheus_answers_both():
 
     assert obs.exporter_up == {"a": True}
     assert list(obs.gpus["a"]) == ["GPU-a0"] and obs.newest_sample_age_s == 2.0
+
+
+def test_the_xid_events_and_the_failed_scrapes_are_one_query_so_one_view_answers_both():
+    q = queries(Policy(), "dcgm-exporter")
+
+    assert q["events"] == (
+        'label_replace(DCGM_FI_DEV_XID_ERRORS != 0, "gridloop_family", "xid", "", "") or '
+        'label_replace(up{job="dcgm-exporter"} == 0, "gridloop_family", "down", "", "")'
+    )
+
+
+def quarantined(name: str, healthy_since: float | None = None) -> NodeView:
+    record = Record(NOW - 60, frozenset({"GPU-a0:xid-79"}), healthy_since)
+    return NodeView(name, "lab/l4", 2, unschedulable=True, record=record)
+
+
+def test_a_failed_scrape_is_an_exporter_down_not_a_healthy_node_whatever_the_baseline():
+    # the background read, from before: both exporters up, both GPUs of each node there
+    base = baseline(
+        {
+            "present": [
+                series(NOW - 2.0, node=n, UUID=f"GPU-{n}{i}", gpu=str(i))
+                for n in ("a", "b")
+                for i in (0, 1)
+            ],
+            "up": [series(1, node="a"), series(1, node="b")],
+        }
+    )
+    nodes = {"a": quarantined("a"), "b": quarantined("b")}
+    # this cycle's read: a's last scrape failed (its XID series went stale), b's GPU is clean
+    events = [series(0, node="a", job="dcgm-exporter", gridloop_family="down")]
+    fresh = [{"metric": {}, "value": [NOW, str(NOW - 1.0)]}]
+
+    obs = with_faults(base, {"events": events, "fresh": fresh}, nodes, NOW)
+    actions = plan(obs, Policy(), Breaker(), NOW)
+
+    assert obs.exporter_up == {"a": False, "b": True}
+    assert Warn("a", "DCGM exporter is down: GPU health unknown, not acting") in actions
+    assert [a for a in actions if isinstance(a, MarkHealthy)] == [MarkHealthy("b", NOW)]
+
+
+def test_a_fault_in_the_same_answer_as_a_failed_scrape_elsewhere_still_counts():
+    base = baseline(
+        {
+            "present": [series(NOW - 2.0, node="a", UUID="GPU-a0", gpu="0")],
+            "up": [series(1, node="a"), series(1, node="b")],
+        }
+    )
+    nodes = {"a": quarantined("a", healthy_since=NOW - 3), "b": NODES["b"]}
+    events = [
+        series(79, node="a", UUID="GPU-a0", gpu="0", gridloop_family="xid"),
+        series(0, node="b", gridloop_family="down"),
+    ]
+
+    obs = with_faults(base, {"events": events}, nodes, NOW)
+
+    assert obs.gpus["a"]["GPU-a0"].xid == 79 and obs.exporter_up == {"a": True, "b": False}
+    assert ClearHealthy("a") in plan(obs, Policy(), Breaker(), NOW)
 
 
 def test_the_fault_read_alone_names_its_gpus_and_how_fresh_it_is_whatever_the_baseline():
@@ -163,7 +221,11 @@ def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifyin
     whole_fleet = {"presence", "fresh"}  # "fresh" is one value for the whole fleet
     for family, promql in q.items():
         if family not in whole_fleet:
-            assert promql.endswith(("> 0", "!= 0")), family
+            # a combined answer's families: each side, filtered (`up == 0`: only the down)
+            for side in re.findall(r"label_replace\((.*?), \"gridloop_family\"", promql) or [
+                promql
+            ]:
+                assert side.endswith(("> 0", "!= 0", "== 0")), family
     assert (
         "max by (UUID, gpu, node, Hostname, hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
         in (q["presence"])

@@ -4,7 +4,8 @@ The exposition texts are the simulator's own (`render_node` with `--label-shape`
 simulated here is Prometheus: a scrape adds the target's labels, taken from the local
 cluster's own scrape config (`flags.prometheus_config`: `job`, `instance` and `node`,
 which models the chart's ServiceMonitor relabeling the pod's node into `node`), and the
-health service's own instant queries (`signals.queries`: presence, `up`, `METRIC != 0`)
+health service's own instant queries (`signals.queries`: presence, `up`, `up == 0`,
+`METRIC != 0`)
 are evaluated over the scraped series by a few lines below. The families over windows
 answer nothing here, which is what Prometheus answers for a fleet whose only fault is a
 standing XID, except the XID repeat count: its meaning depends on how PromQL treats
@@ -35,7 +36,7 @@ from gridloop.health.policy import (
     Policy,
 )
 from gridloop.health.reading import Sample, baseline, with_faults
-from gridloop.health.signals import BACKGROUND_FAMILIES, queries
+from gridloop.health.signals import BACKGROUND_FAMILIES, EVENTS_AND_DOWN, queries
 from gridloop.local import flags
 from gridloop.local.building import binary
 from gridloop.sim import commands
@@ -224,7 +225,7 @@ def scrape(text: str, target: Labels) -> list[tuple[Labels, float]]:
 
 def answer(promql: str, stored: list[tuple[Labels, float]]) -> list[Sample]:
     """What Prometheus answers at NOW for the health service's instant queries."""
-    if " or " in promql:  # the presence-and-up query: each side, tagged (label_replace)
+    if " or " in promql:  # presence-and-up, events-and-down: each side, tagged (label_replace)
         out = []
         for side in promql.split(" or "):
             tagged = re.fullmatch(r'label_replace\((.*), "(\w+)", "(\w+)", "", ""\)', side)
@@ -238,8 +239,10 @@ def answer(promql: str, stored: list[tuple[Labels, float]]) -> list[Sample]:
         return [
             {"metric": labels, "value": [NOW, str(value)]}
             for labels, value in stored
-            if labels["__name__"] == "up" and labels["job"] == up.group(1)
+            if labels["__name__"] == "up" and labels.get("job") == up.group(1)
         ]
+    if down := re.fullmatch(r'(up\{job="[^"]+"\}) == 0', promql):
+        return [s for s in answer(down.group(1), stored) if float(s["value"][1]) == 0]
     if present := re.fullmatch(r"max by \(([^)]*)\) \(timestamp\((\w+)\)\)", promql):
         keys = present.group(1).split(", ")
         groups = {
@@ -300,7 +303,7 @@ def test_each_real_shape_is_attributed_to_its_node_and_its_xid_read_once(
 def test_the_xid_answer_is_dcgm_exporter_4s_labelled_series_and_the_code_reads_as_is() -> None:
     stored = scrape(render_node(SECOND, xid(SECOND, 1, 13), NOW, STARTED, PODNAME), {})
 
-    (only,) = answer(QUERIES["xid"], stored)
+    (only,) = answer(QUERIES[EVENTS_AND_DOWN], stored)  # no exporter down: only the XID
 
     assert (only["metric"]["err_code"], only["metric"]["err_msg"]) == (
         "13",

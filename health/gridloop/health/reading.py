@@ -26,11 +26,12 @@ from urllib3.util.retry import Retry
 from gridloop.errors import one_line
 from gridloop.health.observed import GpuReading, NodeView, Observed
 from gridloop.health.signals import (
+    DOWN,
     FAMILY_LABEL,
     FRESHNESS,
     HOST_KEYS,
     NVLINK_FAMILIES,
-    PRESENCE_AND_UP,
+    TAGGED,
 )
 
 Sample = dict[str, Any]  # {"metric": {labels}, "value": [timestamp, "value"]}
@@ -92,21 +93,23 @@ class Baseline:
     evaluated_at: float | None = None  # when Prometheus evaluated the presence query
 
 
-def split_presence(results: dict[str, list[Sample]]) -> dict[str, list[Sample]]:
-    """The one presence-and-up answer as its two families, "present" and "up" (pure)."""
-    if PRESENCE_AND_UP not in results:
+def split_tagged(results: dict[str, list[Sample]]) -> dict[str, list[Sample]]:
+    """Each answer that holds several families (asked in one query, so from one view of
+    Prometheus: signals.TAGGED) as those families, by their tag (pure)."""
+    if not results.keys() & TAGGED.keys():
         return results
-    out = {k: v for k, v in results.items() if k != PRESENCE_AND_UP}
-    for sample in results[PRESENCE_AND_UP]:
-        labels = dict(sample.get("metric", {}))
-        family = labels.pop(FAMILY_LABEL, None)
-        if family in ("present", "up"):
-            out.setdefault(family, []).append({**sample, "metric": labels})
+    out = {k: v for k, v in results.items() if k not in TAGGED}
+    for combined, families in TAGGED.items():
+        for sample in results.get(combined, []):
+            labels = dict(sample.get("metric", {}))
+            family = labels.pop(FAMILY_LABEL, None)
+            if family in families:
+                out.setdefault(family, []).append({**sample, "metric": labels})
     return out
 
 
 def baseline(results: dict[str, list[Sample]]) -> Baseline:
-    results = split_presence(results)
+    results = split_tagged(results)
     gpus: dict[HostKey, dict[str, GpuReading]] = {}
     newest: dict[HostKey, float] = {}
     evaluated_at = None
@@ -154,8 +157,16 @@ def with_faults(
     """The baseline for the listed nodes, with this cycle's fault samples laid over it.
 
     `now`: the wall-clock time the newest sample's age is counted to (the baseline may be
-    older than this cycle); by default, the baseline's own evaluation time.
+    older than this cycle); by default, the baseline's own evaluation time. An exporter
+    this cycle's read finds down (its last scrape failed) is down, whatever the baseline
+    says: the fault series of a failed scrape are gone from the read, not healthy.
     """
+    results = split_tagged(results)
+    down = {
+        host
+        for sample in results.get(DOWN, [])
+        if (host := host_of(sample.get("metric", {}), UP_NODE_LABELS))
+    }
     gpus: dict[str, dict[str, GpuReading]] = {}
     unmatched: list[str] = []
     newest = None
@@ -184,7 +195,9 @@ def with_faults(
     return Observed(
         nodes=nodes,
         gpus=gpus,
-        exporter_up={host: up for host, up in base.exporter_up.items() if host in nodes},
+        exporter_up={
+            host: up and host not in down for host, up in base.exporter_up.items() if host in nodes
+        },
         newest_sample_age_s=None if newest is None or at is None else max(0.0, at - newest),
         unmatched=tuple(sorted(set(unmatched))),
         fault_gpus=fault_gpus(results, node_of),
@@ -270,26 +283,34 @@ def read(
     lag_s: float = EVAL_LAG_S,
     at_once: int = QUERIES_AT_ONCE,
     timeout_s: float = FAULT_READ_TIMEOUT_S,
+    took: dict[str, float] | None = None,
 ) -> dict[str, list[Sample]] | str:
     """Every family's instant vector, or one line saying why Prometheus failed us.
 
     All of one read's queries are evaluated at the same moment, `lag_s` before now: the
     queries run side by side, and an exporter going down or first scraped between two of
     them must not read as GPUs gone from a node whose exporter is up. Fault families alone
-    can be read at now (`lag_s=0`): a scrape's samples land in one commit.
+    can be read at now (`lag_s=0`): a scrape's samples land in one commit. `took`, when
+    given, gets how long each family's query took (seconds, answer or failure).
     """
     at = {"time": f"{time.time() - lag_s:.3f}", "timeout": f"{timeout_s:g}s"}
 
-    def ask(promql: str) -> list[Sample] | Exception:
+    def ask(family: str) -> list[Sample] | Exception:
+        started = time.monotonic()
         try:
             # the client's own bound, a little past Prometheus's: its answer says why
-            answer: list[Sample] = prom.custom_query(query=promql, params=at, timeout=timeout_s + 2)
+            answer: list[Sample] = prom.custom_query(
+                query=queries[family], params=at, timeout=timeout_s + 2
+            )
             return answer
         except Exception as err:  # connection, HTTP and parse errors alike mean "unsure"
             return err
+        finally:
+            if took is not None:
+                took[family] = time.monotonic() - started
 
     with ThreadPoolExecutor(at_once, thread_name_prefix="health-read") as pool:
-        answers = dict(zip(queries, pool.map(ask, queries.values()), strict=True))
+        answers = dict(zip(queries, pool.map(ask, queries), strict=True))
     out: dict[str, list[Sample]] = {}
     for family, answer in answers.items():
         if isinstance(answer, Exception):
@@ -299,3 +320,11 @@ def read(
             return f"query {family!r} failed: {text}"
         out[family] = answer
     return out
+
+
+def slowest(took: dict[str, float]) -> str:
+    """`took`'s slowest query, for a log line: "xid 4.90s" ("" when there is none)."""
+    if not took:
+        return ""
+    family = max(took, key=lambda f: took[f])
+    return f"{family} {took[family]:.2f}s"

@@ -43,9 +43,12 @@ class Refresher(Generic[T]):
         digest: Callable[[dict[str, list[Sample]]], T],
         at_once: int = 1,
         background: bool = False,
+        on_read: Callable[[float, dict[str, float], str | None], None] | None = None,
     ):
         self.prom, self.queries, self.digest, self.at_once = prom, queries, digest, at_once
         self.every_s, self.stale_s, self.background = every_s, stale_s, background
+        # told of each background read: how long it took, each query's time, its failure
+        self.on_read = on_read
         self.error: str | None = None  # why the last background read failed
         self._answers: T = digest({})
         self._at = -float("inf")  # monotonic time of the answers
@@ -89,20 +92,25 @@ class Refresher(Generic[T]):
 
     def _refresh(self) -> None:
         started = time.monotonic()
+        took: dict[str, float] = {}
         try:
-            fresh = self._read()
+            fresh = self._read(took)
             self._took = time.monotonic() - started
             if isinstance(fresh, str):  # a failure: the answers age until a cycle asks
                 self.error = fresh
             else:
                 self._keep(fresh, started)
                 self.error = None
+            if self.on_read:
+                self.on_read(self._took, took, self.error)
         finally:
             with self._lock:
                 self._busy = False
 
-    def _read(self) -> T | str:
-        answers = read(self.prom, self.queries, at_once=self.at_once, timeout_s=self.stale_s)
+    def _read(self, took: dict[str, float] | None = None) -> T | str:
+        answers = read(
+            self.prom, self.queries, at_once=self.at_once, timeout_s=self.stale_s, took=took
+        )
         return answers if isinstance(answers, str) else self.digest(answers)
 
     def _keep(self, answers: T, at: float) -> None:

@@ -8,7 +8,11 @@ The cycle is level-triggered: it reads the whole world each time and never
 remembers anything the cluster does not (the record is in node annotations and
 the status ConfigMap), so a restart or a failover repeats no action. The one thing
 carried from a cycle to the next is a Prometheus read: a cycle that quarantines starts the
-next cycle's read while it acts, and in a storm the next cycle follows at once.
+next cycle's read while it acts, and in a storm the next cycle follows as soon as that
+read is back. The fault reads stay paced all the same, storm or not: one starts no sooner
+than an interval after the last one started. Each read costs Prometheus a pass over every
+GPU's series, and reads back to back in a storm were most of Prometheus's load just when
+the machine was busiest (docs/benchmarks.md), which slowed the reads themselves.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from gridloop.health.metrics import Metrics
 from gridloop.health.observed import MANAGER, Observed
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy
-from gridloop.health.reading import Sample, baseline, read, with_faults
+from gridloop.health.reading import Sample, baseline, read, slowest, with_faults
 from gridloop.health.rebalancing import Rebalancer
 from gridloop.health.refreshing import Refresher
 from gridloop.health.signals import BACKGROUND_FAMILIES, queries
@@ -45,7 +49,33 @@ from gridloop.health.watching import NodeCache
 Log = Callable[[str], None]
 
 
-PREFETCH_FOR_S = 2.0  # a read started longer ago than this is not used as the next cycle's
+# a prefetched read whose answer came back longer ago than this (its cycle was still
+# acting) is not used as the next cycle's: that cycle reads again
+PREFETCH_FOR_S = 2.0
+Answer = dict[str, list[Sample]] | str
+
+
+@dataclass(frozen=True)
+class Read:
+    """One fault read: the answer, and when it started and came back (monotonic)."""
+
+    answer: Answer
+    started: float
+    finished: float
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """The next cycle's fault read, started (or due to start) while this cycle acts."""
+
+    future: Future[Read]
+    took: dict[str, float]  # each query's time, filled in as they answer
+
+
+def read_delay(last_started: float, now: float, gap_s: float) -> float:
+    """How long the next fault read waits: none once `gap_s` has passed since the last one
+    started (pure)."""
+    return max(0.0, last_started + gap_s - now)
 
 
 @dataclass(frozen=True)
@@ -63,9 +93,10 @@ def _cycle_line(
     planned: Tally[str],
     applied: int,
     baseline_age_s: float,
-    prefetched: bool,
+    prefetched: str,
     sample_age_s: float | None,
     held: str | None,
+    slowest_query: str = "",
 ) -> str:
     """`--log-cycles`: one cycle in one line (pure)."""
     kinds = " ".join(f"{k}={n}" for k, n in sorted(planned.items()) if k not in ("Warn",))
@@ -74,11 +105,18 @@ def _cycle_line(
         "no baseline yet" if baseline_age_s == math.inf else f"baseline {baseline_age_s:.1f}s old"
     )
     return (
-        f"cycle {total_s:.2f}s: read {read_s:.2f}s{' (prefetched)' if prefetched else ''} "
+        f"cycle {total_s:.2f}s: read {read_s:.2f}s{f' ({prefetched})' if prefetched else ''}"
+        f"{f' (slowest: {slowest_query})' if slowest_query else ''} "
         f"plan {plan_s:.2f}s act {act_s:.2f}s; {base}, "
         f"newest sample {age}; planned {kinds or 'nothing'}, applied {applied}"
         + (f"; held: {held}" if held else "")
     )
+
+
+def _baseline_line(seconds: float, took: dict[str, float], error: str | None) -> str:
+    """`--log-cycles`: one background read in one line (pure)."""
+    outcome = f"failed: {error}" if error else "done"
+    return f"background read {seconds:.2f}s (slowest: {slowest(took) or 'none'}): {outcome}"
 
 
 def _describe(action: Hold | Warn | TripBreaker) -> str:
@@ -129,7 +167,7 @@ class HealthService:
         self.metrics.dry_run.set(1 if policy.dry_run else 0)
         self.clock, self.log = clock, log
         self.log_cycles = log_cycles  # one line per cycle: where its time went
-        self._used_prefetch = False
+        self._used_prefetch = ""  # "prefetched", "prefetch too old, read again" or ""
         self._storming = False  # the last cycle quarantined a node
         # when the run loop last went round (monotonic): /healthz reads it (liveness.py)
         self.heartbeat = time.monotonic()
@@ -144,9 +182,14 @@ class HealthService:
             policy.stale_after_s,
             digest=baseline,
             background=background_baseline,
+            on_read=(lambda *read: log(_baseline_line(*read))) if log_cycles else None,
         )
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="health-next")
-        self._next: tuple[float, Future[dict[str, list[Sample]] | str]] | None = None
+        self._next: Prefetch | None = None
+        # fault reads start at least this far apart (run() sets it to the interval)
+        self.read_gap_s = 0.0
+        self._read_started = -math.inf  # monotonic: when the last fault read started
+        self._took: dict[str, float] = {}  # this cycle's fault read: each query's time
         self.rebalancer = (
             Rebalancer(api, policy, self.metrics, log, instance)
             if policy.rebalance_quotas
@@ -163,9 +206,13 @@ class HealthService:
         kept = self.slow.answers(defer=self._storming)
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
-        prefetched = self._prefetched()
-        self._used_prefetch = prefetched is not None
-        results = prefetched or read(self.prom, self.fast, lag_s=0.0)
+        prefetched, self._used_prefetch = self._prefetched()
+        if prefetched is None:
+            self._took = {}
+            self._read_started = time.monotonic()
+            results = read(self.prom, self.fast, lag_s=0.0, took=self._took)
+        else:
+            results = prefetched
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
         # the baseline can be up to a scrape interval old: staleness counts to now
@@ -175,18 +222,33 @@ class HealthService:
         return observed
 
     def _prefetch(self) -> None:
-        """Start the next cycle's read now, while this cycle acts (in a storm, the next
-        cycle follows at once: its faults are read while these nodes are patched)."""
-        self._next = (time.monotonic(), self._reader.submit(read, self.prom, self.fast, 0.0))
+        """Start the next cycle's read while this cycle acts, once `read_gap_s` has passed
+        since the last read started (in a storm the next cycle follows as soon as it is
+        back: its faults are read while these nodes are patched)."""
+        took: dict[str, float] = {}
+        delay = read_delay(self._read_started, time.monotonic(), self.read_gap_s)
+        self._read_started = time.monotonic() + delay
 
-    def _prefetched(self) -> dict[str, list[Sample]] | str | None:
-        """The read started by the last cycle, if it is recent enough to stand for now."""
-        started, future = self._next or (0.0, None)
-        self._next = None
-        if future is None:
-            return None
-        answer = future.result()
-        return answer if time.monotonic() - started < PREFETCH_FOR_S else None
+        def paced() -> Read:
+            time.sleep(delay)
+            started = time.monotonic()
+            answer = read(self.prom, self.fast, 0.0, took=took)
+            return Read(answer, started, time.monotonic())
+
+        self._next = Prefetch(self._reader.submit(paced), took)
+
+    def _prefetched(self) -> tuple[Answer | None, str]:
+        """The read started by the last cycle, unless its answer has waited too long for
+        this cycle, and what became of it (for the cycle's log line). A read that is slow
+        to answer is waited for and used: reading again would take as long."""
+        prefetch, self._next = self._next, None
+        if prefetch is None:
+            return None, ""
+        done = prefetch.future.result()
+        if time.monotonic() - done.finished >= PREFETCH_FOR_S:
+            return None, "prefetch too old, read again"
+        self._took = prefetch.took
+        return done.answer, "prefetched"
 
     def _watch_cpu(self) -> float:
         return self.nodes.cpu_s if self.nodes else 0.0
@@ -261,6 +323,7 @@ class HealthService:
                     self._used_prefetch,
                     observed.newest_sample_age_s,
                     held,
+                    slowest(self._took),
                 )
             )
         # the node watch works between cycles as well: its share is not the cycle's
@@ -313,10 +376,12 @@ class HealthService:
     def run(self, interval_s: float, stop: threading.Event, lease: Lease | None = None) -> None:
         """Cycle every `interval_s` until `stop` is set; act only while holding `lease`.
 
-        A cycle that quarantined a node is followed at once by the next: the rest of a
-        fault storm reaches Prometheus over one scrape interval, and each of its nodes
-        should wait for one read, not for a read and an interval.
+        A cycle that quarantined a node is followed at once by the next, whose read was
+        started while it acted: the rest of a fault storm reaches Prometheus over one
+        scrape interval, and each of its nodes should wait for one read, not for a read and
+        an interval. Reads still start at most once per `interval_s` (`read_gap_s`).
         """
+        self.read_gap_s = interval_s
         while not stop.is_set():
             started, storm = time.monotonic(), False
             self.heartbeat = started

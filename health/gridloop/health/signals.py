@@ -47,7 +47,17 @@ STATE_FAMILIES = frozenset({"row_remap_pending", "row_remap_failure", "retired_p
 # 5,000 nodes with 20 s scrapes: healthy nodes quarantined as "gpu-vanished").
 PRESENCE_AND_UP = "presence"
 PRESENCE_FAMILIES = frozenset({PRESENCE_AND_UP})
-FAMILY_LABEL = "gridloop_family"  # which half of the presence answer a series is
+# The XID events and the exporters whose last scrape failed: one query, for the same
+# reason. A failed scrape leaves staleness markers, so its node's XID series are gone from
+# the answer until the next scrape succeeds, while the background read, up to an interval
+# old, still says its exporter is up: read alone, the XID answer made a failing node look
+# healthy (seen in a storm right after a start, when scrapes timed out: nodes with XID 79
+# marked healthy, and with the benchmark's 5 s hold-down released). With `down` from the
+# same view, such a node is an exporter down: nothing is decided from what is missing.
+EVENTS_AND_DOWN = "events"
+DOWN = "down"  # `up == 0`: exporters whose last scrape failed (normally none: a small answer)
+TAGGED = {PRESENCE_AND_UP: ("up", "present"), EVENTS_AND_DOWN: ("xid", DOWN)}
+FAMILY_LABEL = "gridloop_family"  # which family of a combined answer a series is
 BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES
 GPU_KEYS = ("UUID", "gpu", *HOST_KEYS)  # what identifies one GPU's series
 PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
@@ -75,7 +85,9 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
     up = f'up{{job="{exporter_job}"}}'
     q = {
         PRESENCE_AND_UP: f"{_tagged(up, 'up')} or {_tagged(present, 'present')}",
-        "xid": "DCGM_FI_DEV_XID_ERRORS != 0",
+        EVENTS_AND_DOWN: (
+            f"{_tagged('DCGM_FI_DEV_XID_ERRORS != 0', 'xid')} or {_tagged(f'{up} == 0', DOWN)}"
+        ),
         FRESHNESS: f'max(timestamp(up{{job="{exporter_job}"}}))',
         # the XID gauge holds the last code: each change in the window counts as an event
         # (a new code, or a return to 0 after a reset; the same code twice in a row is

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -112,10 +112,12 @@ def up(
     gpu_health: bool = True,
     health_policy: Path | None = None,
     health_service: bool = True,
+    prometheus_settings: Mapping[str, str] | None = None,
 ) -> UpResult:
     """Start the cluster; with `gpu_health`, also the simulated dcgm-exporters and
     Prometheus, and (unless `health_service` is False) the health service itself; with
-    the fleet's container nodes, the registry, the images and the nodes' kubelets."""
+    the fleet's container nodes, the registry, the images and the nodes' kubelets.
+    `prometheus_settings`: Prometheus's global settings over the local ones (benchmarks)."""
     fleet = read_fleet(fleet_path)
     policy_path = health_policy or default_health_policy()
     if gpu_health:
@@ -164,7 +166,7 @@ def up(
         started_at=time.time(),
         components=components,
     )
-    _prepare(state, fleet_path, binaries, fleet, policy_path)
+    _prepare(state, fleet_path, binaries, fleet, policy_path, prometheus_settings)
     t0 = time.monotonic()
     try:
         if nodes:  # the API server advertises the first node's address on the bridge
@@ -373,7 +375,12 @@ def _ensure_namespace(api: client.ApiClient, name: str) -> None:
 
 
 def _prepare(
-    state: State, fleet_path: Path, binaries: dict[str, Path], fleet: Fleet, policy: Path
+    state: State,
+    fleet_path: Path,
+    binaries: dict[str, Path],
+    fleet: Fleet,
+    policy: Path,
+    prometheus_settings: Mapping[str, str] | None = None,
 ) -> None:
     d = state.dir
     for sub in ("pki", "etcd", "logs", "bin", "sim", "prometheus", "kueue"):
@@ -404,6 +411,7 @@ def _prepare(
         places=places,
         workloads=True,
         pods=pods,
+        settings=prometheus_settings,
     )
     (d / "prometheus.yml").write_text(yaml.safe_dump(scrape, sort_keys=False))
     if fleet.kueue.enabled:

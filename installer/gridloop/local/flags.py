@@ -374,6 +374,7 @@ def prometheus_config(
     places: Mapping[str, tuple[str, str]] | None = None,
     workloads: bool = False,
     pods: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
     """Scrape each simulated node's exporter as its own target, labelled with its node
     (and, from `places`, its `site` and `pool`, as the chart's relabelling does);
@@ -383,7 +384,9 @@ def prometheus_config(
     controller and kube-state-metrics (gridloop.sim.workloads), and the rules in
     RULES_GLOB. With `pods` (container nodes run the chart's pods), Kueue and the
     health service are also found as pods (pod_discovery.py) and scraped at their pod
-    addresses on the bridge, as an in-cluster Prometheus would."""
+    addresses on the bridge, as an in-cluster Prometheus would. `settings` go into the
+    config's `global` section over the defaults (a benchmark's scrape interval, its query
+    log), so Prometheus starts with them: no reload while the cluster is young."""
     where = places or {}
     jobs: list[dict[str, object]] = [
         {
@@ -419,7 +422,11 @@ def prometheus_config(
             }
         )
     config: dict[str, object] = {
-        "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+        "global": {
+            "scrape_interval": SCRAPE_INTERVAL,
+            "evaluation_interval": SCRAPE_INTERVAL,
+            **(settings or {}),
+        },
         "scrape_configs": jobs,
     }
     if workloads:
