@@ -23,7 +23,9 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
      how fast it takes out a backlog, from its start (`backlog_round`). The other rounds'
      rate is bounded by the faults reaching Prometheus over a scrape interval;
    - then (unless `--no-slowed`) each once more while a second client loads Prometheus
-     with heavy queries (`Loader`).
+     with heavy queries (`Loader`);
+   - then (unless `--no-limited`) one round under the shipped breaker limits: at most
+     as many nodes as they allow are taken out, the breaker trips, it is reset after.
    A new service process (or scaled-up Deployment) serves each round; the service itself
    releases the round's nodes afterwards (5 s hold-down), so later rounds reuse them.
    Breaker limits are raised for the run, so every fault is acted on. Each round also
@@ -41,7 +43,8 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
 Usage (binaries built, nothing else running on the machine):
 
     .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 500] [--rounds 3]
-        [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed] [--no-backlog]
+        [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed]
+        [--no-backlog] [--no-limited]
         [--scrape 15] [--cycle-nodes 5000] [--cycle-scrape 60] [--logs DIR] [--json FILE]
 """
 
@@ -74,6 +77,7 @@ from gridloop import versions
 from gridloop.fleet import dump_fleet, generate_fleet, load_fleet, planned_nodes
 from gridloop.health.listing import GPU_NODES
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.health.plan import limit
 from gridloop.local import cluster, flags, kube
 from gridloop.local.state import State
 from gridloop.sim.faults import FaultSet
@@ -88,10 +92,14 @@ LOGS: Path | None = None  # --logs: where each service's log is kept
 HOLD_DOWN_S = 5  # the bench's release hold-down: a round's nodes come back for the next
 
 
-def _policy(path: Path, nodes: int, scrape_s: int) -> Path:
-    """The shipped defaults, with the breaker opened wide, the run's scrape interval and a
-    short hold-down (so the service itself releases a round's nodes for later rounds)."""
-    wide = {"maxNodes": nodes, "maxPercent": 100}
+def _policy(path: Path, nodes: int, scrape_s: int, shipped_limits: bool = False) -> Path:
+    """The shipped defaults, with the breaker opened wide (unless `shipped_limits`), the
+    run's scrape interval and a short hold-down (so the service itself releases a round's
+    nodes for later rounds)."""
+    wide: dict[str, object] = {"maxNodes": nodes, "maxPercent": 100}
+    limits: dict[str, object] = {"fleet": wide, "pool": wide, "window": "30s"}
+    if shipped_limits:
+        limits = yaml.safe_load(cluster.default_health_policy().read_text())["spec"]["limits"]
     doc = {
         "apiVersion": "gridloop.io/v1alpha1",
         "kind": "HealthPolicy",
@@ -100,7 +108,7 @@ def _policy(path: Path, nodes: int, scrape_s: int) -> Path:
             "scrapeInterval": f"{scrape_s}s",
             # every quarantine is acted on: at most the fleet in a window, and rounds reuse
             # nodes, so the window is shorter than the time between two rounds
-            "limits": {"fleet": wide, "pool": wide, "window": "30s"},
+            "limits": limits,
             "release": {"holdDown": f"{HOLD_DOWN_S}s"},
         },
     }
@@ -417,6 +425,15 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
 
 
+HELD = ("all", "all-but-fault-events")  # gridloop_health_held_cycles_total's scopes
+
+
+def _held(service: Served) -> dict[str, float]:
+    """Cycles held so far, by scope (0 from a service without the counter)."""
+    m = service.metrics()
+    return {k: m.get(f'gridloop_health_held_cycles_total{{scope="{k}"}}', 0.0) for k in HELD}
+
+
 def _phases(service: Served) -> dict[str, tuple[float, float]]:
     m = service.metrics()
     return {
@@ -436,18 +453,10 @@ def failure_round(
     service: Served,
 ) -> dict[str, object]:
     began = time.monotonic()
-    phases_before = _phases(service)
+    phases_before, held_before = _phases(service), _held(service)
     taints = TaintWatch(api)
     chosen = set(names)
-    gpus = {n: 8 for n in names}
-    injected = time.time()
-
-    def inject(faults: FaultSet) -> FaultSet:
-        for name in names:
-            faults = faults.inject(gpus, Injection(node=name, gpu=0, xid=79), injected)
-        return faults
-
-    update_faults(state.dir / FAULTS_FILE, inject)
+    injected = inject_xid_79(state, names)
     taints.wait_for(chosen, timeout=120 + len(names) / 5)
     time.sleep(1)  # the last samples are surely in Prometheus's answer by now
     samples = first_fault_samples(prom, chosen, injected - 1)
@@ -463,7 +472,7 @@ def failure_round(
     # scrape offset), so the overall rate is bounded by that; the peak one-second rate shows
     # how fast the service itself takes nodes out
     peak = max((sum(1 for t in seen if s <= t < s + 1) for s in seen), default=0)
-    phases_after = _phases(service)
+    phases_after, held_after = _phases(service), _held(service)
     mean_phase = {
         p: round((phases_after[p][0] - phases_before[p][0]) / n, 2)
         for p in phases_after
@@ -486,8 +495,33 @@ def failure_round(
         "nodes_per_s": round(len(latencies) / max(last - first, 1e-3), 1),
         "peak_nodes_per_s": peak,
         "cycle_phase_mean_s": mean_phase,
+        # cycles that held everything, and that still acted on fresh fault events only
+        "held_cycles": {k: int(held_after[k] - held_before[k]) for k in HELD},
         "_round_s": time.monotonic() - began,
     }
+
+
+def inject_xid_79(state: State, names: list[str]) -> float:
+    """XID 79 on GPU 0 of each of `names`, in one write of the faults file; returns when."""
+    injected = time.time()
+    gpus = {n: 8 for n in names}
+
+    def inject(faults: FaultSet) -> FaultSet:
+        for name in names:
+            faults = faults.inject(gpus, Injection(node=name, gpu=0, xid=79), injected)
+        return faults
+
+    update_faults(state.dir / FAULTS_FILE, inject)
+    return injected
+
+
+def in_prometheus(prom: PrometheusConnect, names: list[str], injected: float) -> None:
+    """Until Prometheus holds a fault sample of every one of `names`."""
+    deadline = time.monotonic() + 120
+    while len(first_fault_samples(prom, set(names), injected - 1)) < len(names):
+        if time.monotonic() > deadline:
+            raise SystemExit("the storm's faults never all reached Prometheus")
+        time.sleep(1)
 
 
 def backlog_round(
@@ -503,20 +537,7 @@ def backlog_round(
     interval; this one is the service's own."""
     began = time.monotonic()
     taints = TaintWatch(api)
-    injected = time.time()
-    gpus = {n: 8 for n in names}
-
-    def inject(faults: FaultSet) -> FaultSet:
-        for name in names:
-            faults = faults.inject(gpus, Injection(node=name, gpu=0, xid=79), injected)
-        return faults
-
-    update_faults(state.dir / FAULTS_FILE, inject)
-    deadline = time.monotonic() + 120
-    while len(first_fault_samples(prom, set(names), injected - 1)) < len(names):
-        if time.monotonic() > deadline:
-            raise SystemExit("the backlog's faults never all reached Prometheus")
-        time.sleep(1)
+    in_prometheus(prom, names, inject_xid_79(state, names))
     time.sleep(1)
     started = time.time()
     service = start()
@@ -534,6 +555,66 @@ def backlog_round(
         "peak_nodes_per_s": peak,
         "_round_s": time.monotonic() - began,
     }, service
+
+
+def limited_round(
+    state: State,
+    api: client.ApiClient,
+    prom: PrometheusConnect,
+    names: list[str],
+    policy: Path,
+    service: Served,
+) -> dict[str, object]:
+    """The storm under the shipped breaker limits (`policy`): the service takes out no more
+    than they allow, trips the breaker, and taints nothing else. The caller resets the
+    breaker (`gridloop health reset-breaker`) before, or the earlier rounds' quarantines
+    would fill its window, and after, with this service stopped, as an operator would."""
+    began = time.monotonic()
+    spec = yaml.safe_load(policy.read_text())["spec"]["limits"]
+    core = client.CoreV1Api(api)
+    pools = {
+        n.metadata.name: _pool(n.metadata.labels or {})
+        for n in core.list_node(label_selector=GPU_NODES).items
+    }
+    taints = TaintWatch(api)
+    in_prometheus(prom, names, inject_xid_79(state, names))
+    time.sleep(5)  # every fault read by the service, and acted on or skipped
+    taints.wait_for(set(), timeout=0)
+    tainted = set(taints.seen)
+    by_pool = per_pool(tainted, pools)
+    fleet_max = limit(spec["fleet"]["maxNodes"], spec["fleet"]["maxPercent"], len(pools))
+    tripped = service.metrics().get("gridloop_health_breaker_tripped", 0.0) == 1.0
+    return {
+        "failing": len(names),
+        "tainted": len(tainted & set(names)),
+        "others_tainted": len(tainted - set(names)),
+        "fleet_limit": fleet_max,
+        "pool_limit_nodes": spec["pool"]["maxNodes"],
+        "most_in_one_pool": max(by_pool.values(), default=0),
+        "breaker_tripped": tripped,
+        "_round_s": time.monotonic() - began,
+    }
+
+
+def reset_breaker(state: State) -> None:
+    """`gridloop health reset-breaker`: the breaker closed and its window emptied."""
+    subprocess.run(
+        [str(PYTHON.parent / "gridloop"), "health", "reset-breaker", "--kubeconfig",
+         str(state.kubeconfig), "--namespace", flags.HEALTH_NAMESPACE],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
+def _pool(labels: dict[str, str]) -> str:
+    return f"{labels.get('gridloop.io/site', '-')}/{labels.get('gridloop.io/pool', '-')}"
+
+
+def per_pool(names: set[str], pools: dict[str, str]) -> dict[str, int]:
+    """How many of `names` each pool has."""
+    out: dict[str, int] = {}
+    for name in names:
+        out[pools.get(name, "-")] = out.get(pools.get(name, "-"), 0) + 1
+    return out
 
 
 def _start(
@@ -706,6 +787,7 @@ def run_latency(
     old_code: Path | None = None,
     in_cluster: bool = False,
     backlog: bool = True,
+    limited: bool = True,
 ) -> dict:
     """Rounds of `failing` nodes at once: the first right after the cluster and the service
     start (nothing settled), then, once the cluster has settled, the `workers`
@@ -720,6 +802,7 @@ def run_latency(
         print(f"chart installed in {time.monotonic() - t0:.0f}s", flush=True)
         with contextlib.suppress(client.ApiException):  # the host process's namespace
             client.CoreV1Api(api).create_namespace({"metadata": {"name": flags.HEALTH_NAMESPACE}})
+    limited = _policy(workdir / "policy-limited.yaml", nodes, scrape_s, shipped_limits=True)
     prom_url = f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}"
     prom = PrometheusConnect(url=prom_url)
     pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
@@ -728,6 +811,7 @@ def run_latency(
     plan += [("settled", w) for _ in range(rounds) for w in workers]
     plan += [("backlog", w) for w in workers if w != "pod"] if backlog else []
     plan += [("slowed", w) for w in workers] if slowed else []
+    plan += [("limited", "16")] if limited else []
     out: dict[str, object] = {"nodes": nodes, "scrape_interval_s": scrape_s, "rounds": []}
     settled_after = None
     try:
@@ -757,6 +841,23 @@ def run_latency(
                     release_round(res.state, api, names, 120 + failing / 5), 1
                 )
 
+            if kind == "limited":
+                reset_breaker(res.state)  # the earlier rounds' quarantines out of its window
+                service = Service(res.state, limited, workers=16, interval=1.0)
+                try:
+                    service.wait_steady()
+                    row = limited_round(res.state, api, prom, names, limited, service)
+                finally:
+                    service.stop()
+                reset_breaker(res.state)
+                service = start("16")  # the usual service releases the round's nodes
+                try:
+                    service.wait_steady()
+                    report(row)
+                    pool += names
+                finally:
+                    service.stop()
+                continue
             if kind == "backlog":
                 row, service = backlog_round(res.state, api, prom, names, start)
                 try:
@@ -933,6 +1034,9 @@ def main() -> None:
     parser.add_argument(
         "--no-backlog", action="store_true", help="skip the rounds with the storm in first"
     )
+    parser.add_argument(
+        "--no-limited", action="store_true", help="skip the round under the shipped limits"
+    )
     parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--cycle-nodes", type=int, default=5000, help="0: skip")
     parser.add_argument("--cycles", type=int, default=10)
@@ -964,6 +1068,7 @@ def main() -> None:
                 args.old_code,
                 args.in_cluster,
                 not args.no_backlog,
+                not args.no_limited,
             )
         if args.cycle_nodes:
             results["cycle"] = run_cycle(

@@ -115,11 +115,14 @@ def test_prometheus_unreachable_means_no_action_and_says_why(
         closed = sock.getsockname()[1]
     sim("--node", NODE, "--gpu", "0", "--xid", "79")
 
-    report = _service(local_cluster, namespace, url=f"http://127.0.0.1:{closed}").cycle()
+    service = _service(local_cluster, namespace, url=f"http://127.0.0.1:{closed}")
+    report = service.cycle()
 
     assert [type(o.action) for o in report.outcomes] == [Hold]
     assert report.held and "cannot read Prometheus" in report.held
     assert tainted() == set()
+    held = service.metrics.held.labels
+    assert (held("all")._value.get(), held("all-but-fault-events")._value.get()) == (1, 0)
 
 
 def _everything_but_status(local_cluster) -> dict[str, object]:

@@ -69,6 +69,13 @@ class Metrics:
         self.hold = Gauge(
             "gridloop_health_holding", "1 while the last cycle held back", ["reason"], registry=r
         )
+        self.held = Counter(
+            "gridloop_health_held_cycles",
+            "Cycles that held back: scope=all (no quarantine, no release) or "
+            "scope=all-but-fault-events (fresh fault events still quarantined)",
+            ["scope"],
+            registry=r,
+        )
         self.dry_run = Gauge("gridloop_health_dry_run", "1 when running in dry-run", registry=r)
         self.leader = Gauge("gridloop_health_leader", "1 while this replica leads", registry=r)
         # the quota rebalancer (quotas.py)

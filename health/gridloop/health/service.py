@@ -357,11 +357,9 @@ class HealthService:
         m.staleness.set(-1 if age is None else age)
         m.hold.clear()
         if held:  # "fault events only" keeps its own prefix: quarantines still happen
-            prefix = (
-                ":".join(held.split(":")[:2])
-                if held.startswith("fault events only:")
-                else held.split(":")[0]
-            )
+            partly = held.startswith("fault events only:")
+            m.held.labels("all-but-fault-events" if partly else "all").inc()
+            prefix = ":".join(held.split(":")[:2]) if partly else held.split(":")[0]
             m.hold.labels(prefix[:60]).set(1)
 
     def _log(self, outcomes: list[Outcome]) -> None:
