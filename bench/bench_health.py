@@ -14,7 +14,10 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
    series that shows 79. Latency = taint seen - that sample's timestamp (the scrape's
    start: it includes the scrape itself). The rounds, every one reported:
    - `unsettled`: the first, right after `local up` returned and the service answers;
-   - then, once the cluster has settled (`settle`), the `--workers` configurations
+   - once the cluster has settled (`settle`), Prometheus's CPU over 30 s with no health
+     service, then with each host-process configuration cycling on the healthy fleet
+     (unless `--no-load-probe`): what the service's own reads cost Prometheus;
+   - then the `--workers` configurations
      alternated (A B A B ...) `--rounds` times each: a worker count (16 as shipped; 1,
      one node action at a time, the baseline), `old:N` for another checkout's service
      (`--old-code`), or `pod` for the chart's Deployment (`--in-cluster`);
@@ -44,7 +47,7 @@ Usage (binaries built, nothing else running on the machine):
 
     .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 500] [--rounds 3]
         [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed]
-        [--no-backlog] [--no-limited]
+        [--no-backlog] [--no-limited] [--no-load-probe]
         [--scrape 15] [--cycle-nodes 5000] [--cycle-scrape 60] [--logs DIR] [--json FILE]
 """
 
@@ -596,6 +599,32 @@ def limited_round(
     }
 
 
+def prometheus_load(
+    state: State, workers: list[str], start: Callable[[str], Served], span_s: float = 30
+) -> dict[str, float]:
+    """Prometheus's CPU (cores) over `span_s` on the settled, healthy fleet: with no health
+    service, then with each host-process configuration cycling every second. What the
+    service's own reads cost Prometheus when nothing is failing."""
+    none = Served()
+    out = {"no service": _cpu_rate(state, none, span_s)}
+    for w in workers:
+        if w == "pod":
+            continue
+        service = start(w)
+        try:
+            service.wait_steady()
+            out[w] = _cpu_rate(state, none, span_s)
+        finally:
+            service.stop()
+    return out
+
+
+def _cpu_rate(state: State, service: Served, span_s: float) -> float:
+    before = cpu_seconds(state, service).get("prometheus", 0.0)
+    time.sleep(span_s)
+    return round((cpu_seconds(state, service).get("prometheus", 0.0) - before) / span_s, 3)
+
+
 def reset_breaker(state: State) -> None:
     """`gridloop health reset-breaker`: the breaker closed and its window emptied."""
     subprocess.run(
@@ -788,6 +817,7 @@ def run_latency(
     in_cluster: bool = False,
     backlog: bool = True,
     limited: bool = True,
+    load_probe: bool = True,
 ) -> dict:
     """Rounds of `failing` nodes at once: the first right after the cluster and the service
     start (nothing settled), then, once the cluster has settled, the `workers`
@@ -813,6 +843,13 @@ def run_latency(
     plan += [("slowed", w) for w in workers] if slowed else []
     plan += [("limited", "16")] if limited else []
     out: dict[str, object] = {"nodes": nodes, "scrape_interval_s": scrape_s, "rounds": []}
+
+    def launch(w: str) -> Served:
+        if w == "pod":
+            return PodService(api, replicas=2)
+        count, code = configuration(w, old_code)
+        return Service(res.state, policy, workers=count, interval=1.0, code=code)
+
     settled_after = None
     try:
         for kind, w in plan:
@@ -820,14 +857,15 @@ def run_latency(
                 settled_after = settle(prom, nodes, scrape_s)
                 out["settled_after_s"] = round(settled_after, 1)
                 print(f"cluster settled after {settled_after:.0f}s more", flush=True)
+                if load_probe:
+                    load = prometheus_load(res.state, workers, launch)
+                    out["prometheus_cores_healthy_fleet"] = load
+                    print(f"Prometheus's CPU, cores: {json.dumps(load)}", flush=True)
             names, pool = pool[:failing], pool[failing:]
             service: Served
 
             def start(w: str = w) -> Served:
-                if w == "pod":
-                    return PodService(api, replicas=2)
-                count, code = configuration(w, old_code)
-                return Service(res.state, policy, workers=count, interval=1.0, code=code)
+                return launch(w)
 
             def report(
                 row: dict[str, object], kind: str = kind, w: str = w, names: list[str] = names
@@ -1037,6 +1075,11 @@ def main() -> None:
     parser.add_argument(
         "--no-limited", action="store_true", help="skip the round under the shipped limits"
     )
+    parser.add_argument(
+        "--no-load-probe",
+        action="store_true",
+        help="skip measuring Prometheus's CPU with and without each service, once settled",
+    )
     parser.add_argument("--scrape", type=int, default=15, help="scrape interval, seconds")
     parser.add_argument("--cycle-nodes", type=int, default=5000, help="0: skip")
     parser.add_argument("--cycles", type=int, default=10)
@@ -1069,6 +1112,7 @@ def main() -> None:
                 args.in_cluster,
                 not args.no_backlog,
                 not args.no_limited,
+                not args.no_load_probe,
             )
         if args.cycle_nodes:
             results["cycle"] = run_cycle(
