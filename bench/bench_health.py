@@ -832,7 +832,7 @@ def run_latency(
         print(f"chart installed in {time.monotonic() - t0:.0f}s", flush=True)
         with contextlib.suppress(client.ApiException):  # the host process's namespace
             client.CoreV1Api(api).create_namespace({"metadata": {"name": flags.HEALTH_NAMESPACE}})
-    limited = _policy(workdir / "policy-limited.yaml", nodes, scrape_s, shipped_limits=True)
+    limited_policy = _policy(workdir / "policy-limited.yaml", nodes, scrape_s, shipped_limits=True)
     prom_url = f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}"
     prom = PrometheusConnect(url=prom_url)
     pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
@@ -881,10 +881,10 @@ def run_latency(
 
             if kind == "limited":
                 reset_breaker(res.state)  # the earlier rounds' quarantines out of its window
-                service = Service(res.state, limited, workers=16, interval=1.0)
+                service = Service(res.state, limited_policy, workers=16, interval=1.0)
                 try:
                     service.wait_steady()
-                    row = limited_round(res.state, api, prom, names, limited, service)
+                    row = limited_round(res.state, api, prom, names, limited_policy, service)
                 finally:
                     service.stop()
                 reset_breaker(res.state)
