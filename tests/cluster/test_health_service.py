@@ -85,6 +85,35 @@ def test_an_exporter_outage_warns_and_quarantines_nothing(
     assert tainted() == set()
 
 
+def test_a_quarantined_node_whose_scrape_fails_is_an_exporter_down_not_a_healthy_node(
+    local_cluster, namespace, sim, eventually, tainted, settle
+):
+    # the service takes Prometheus to scrape every minute, so it trusts its background read
+    # (up: 1) for that long: the failed scrape is known from the cycle's own read alone
+    minute = dataclasses.replace(POLICY, scrape_interval_s=60.0)
+    service = _service(local_cluster, namespace, policy=minute)
+    settle(service)
+    sim("--node", NODE, "--gpu", "0", "--xid", "79")
+    eventually(lambda: service.cycle() and NODE in tainted(), "quarantine", timeout=3 * SCRAPE_S)
+
+    sim("--node", NODE, "--exporter-down")  # the exporter answers 503: its XID series go stale
+    prom = PrometheusConnect(url=f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
+    eventually(
+        lambda: prom.custom_query(f'up{{node="{NODE}"}} == 0'),
+        "the failed scrape in Prometheus",
+        timeout=3 * SCRAPE_S,
+    )
+    kept = service.slow.answers()
+    assert not isinstance(kept, str) and kept.exporter_up.get(NODE) is True  # from before
+    actions = [o.action for o in service.cycle().outcomes]
+
+    # not marked healthy (its hold-down would start): the node's one action is the warning
+    assert [a for a in actions if getattr(a, "node", None) == NODE] == [
+        Warn(NODE, "DCGM exporter is down: GPU health unknown, not acting")
+    ]
+    assert NODE in tainted()
+
+
 def test_a_node_is_released_after_the_hold_down_once_its_gpu_is_healthy(
     local_cluster, namespace, sim, eventually, gridloop, tainted, settle
 ):
