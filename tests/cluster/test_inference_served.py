@@ -234,6 +234,20 @@ def inference_status(local_cluster) -> dict:
     return dict(model)
 
 
+def stuck_status(local_cluster, reason: str, timeout: float = 90) -> dict:
+    """`gridloop status`'s model once its stuck revision names `reason`, or as last seen.
+
+    The status is a snapshot of the pods: one that was just replaced has not crashed yet
+    and says nothing (seen once in CI: the install had named the reason, the status a
+    moment later had none), so it is read again until its next crash."""
+    deadline = time.monotonic() + timeout
+    shown = inference_status(local_cluster)
+    while reason not in shown["stuck"] and time.monotonic() < deadline:
+        time.sleep(2)
+        shown = inference_status(local_cluster)
+    return shown
+
+
 def revision_events(local_cluster) -> list[str]:
     """The messages of gridloop's RevisionNotReady Events on the model's Deployment."""
     events = local_cluster.core.list_namespaced_event(
@@ -249,28 +263,31 @@ def assert_stuck_then_rolled_back(local_cluster, serving, values: Path, reason: 
     before = served_root(url)
     old = before.rstrip("/").rsplit("/", 1)[1]
     with Load(url, rate=5) as load:
-        # long enough for the new server to start and fail (~1 min)
-        stuck = serving.install(
-            serving.fleet, "fleet-values.yaml", timeout="150s", files=(values,), verb="upgrade"
-        )
-        assert stuck.returncode == 4, stuck.stdout + stuck.stderr  # NotReady
-        said = f"model {MODEL}: {old} (1/1 ready) serves; "
-        assert said in stuck.stderr and reason in stuck.stderr, stuck.stderr
-        # a cause no restart fixes ends the wait before its timeout
-        assert f"given up before the 150s timeout: model {MODEL} will not start" in stuck.stderr
-        ready = {p.metadata.name: any(c.ready for c in p.status.container_statuses or [])
-                 for p in model_pods(local_cluster)}  # fmt: skip
-        assert sorted(ready.values()) == [False, True], ready  # the new pod, the old one
-        assert served_root(url) == before
-        assert any(said in m and reason in m for m in revision_events(local_cluster)), (
-            revision_events(local_cluster)
-        )
-        shown = inference_status(local_cluster)
-        assert shown["serving"] == [old], shown
-        assert reason in shown["stuck"], shown
-        rolled = serving.helm(
-            "rollback", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "5m"
-        )
+        try:
+            # long enough for the new server to start and fail (~1 min)
+            stuck = serving.install(
+                serving.fleet, "fleet-values.yaml", timeout="150s", files=(values,), verb="upgrade"
+            )
+            assert stuck.returncode == 4, stuck.stdout + stuck.stderr  # NotReady
+            said = f"model {MODEL}: {old} (1/1 ready) serves; "
+            assert said in stuck.stderr and reason in stuck.stderr, stuck.stderr
+            # a cause no restart fixes ends the wait before its timeout
+            given_up = f"given up before the 150s timeout: model {MODEL} will not start"
+            assert given_up in stuck.stderr, stuck.stderr
+            ready = {p.metadata.name: any(c.ready for c in p.status.container_statuses or [])
+                     for p in model_pods(local_cluster)}  # fmt: skip
+            assert sorted(ready.values()) == [False, True], ready  # the new pod, the old one
+            assert served_root(url) == before
+            assert any(said in m and reason in m for m in revision_events(local_cluster)), (
+                revision_events(local_cluster)
+            )
+            shown = stuck_status(local_cluster, reason)
+            assert shown["serving"] == [old], shown
+            assert reason in shown["stuck"], shown
+        finally:  # a failed check must not leave the broken revision to the next test
+            rolled = serving.helm(
+                "rollback", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "5m"
+            )
         assert rolled.returncode == 0, rolled.stderr
     assert load.failures == [], load.failures[:5]
     assert served_root(url) == before
