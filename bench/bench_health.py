@@ -431,14 +431,13 @@ def _pct(values: list[float], p: float) -> float:
 HELD = ("all", "all-but-fault-events")  # gridloop_health_held_cycles_total's scopes
 
 
-def _held(service: Served) -> dict[str, float]:
-    """Cycles held so far, by scope (0 from a service without the counter)."""
-    m = service.metrics()
+def _held(m: dict[str, float]) -> dict[str, float]:
+    """Cycles held so far, by scope, from the service's metrics `m` (0 without the counter)."""
     return {k: m.get(f'gridloop_health_held_cycles_total{{scope="{k}"}}', 0.0) for k in HELD}
 
 
-def _phases(service: Served) -> dict[str, tuple[float, float]]:
-    m = service.metrics()
+def _phases(m: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Each cycle phase's (sum, count) so far, from the service's metrics `m`."""
     return {
         phase: (
             m.get(f'gridloop_health_cycle_phase_seconds_sum{{phase="{phase}"}}', 0.0),
@@ -456,7 +455,8 @@ def failure_round(
     service: Served,
 ) -> dict[str, object]:
     began = time.monotonic()
-    phases_before, held_before = _phases(service), _held(service)
+    before = service.metrics()
+    phases_before, held_before = _phases(before), _held(before)
     taints = TaintWatch(api)
     chosen = set(names)
     injected = inject_xid_79(state, names)
@@ -475,7 +475,8 @@ def failure_round(
     # scrape offset), so the overall rate is bounded by that; the peak one-second rate shows
     # how fast the service itself takes nodes out
     peak = max((sum(1 for t in seen if s <= t < s + 1) for s in seen), default=0)
-    phases_after, held_after = _phases(service), _held(service)
+    after = service.metrics()
+    phases_after, held_after = _phases(after), _held(after)
     mean_phase = {
         p: round((phases_after[p][0] - phases_before[p][0]) / n, 2)
         for p in phases_after
@@ -864,9 +865,6 @@ def run_latency(
             names, pool = pool[:failing], pool[failing:]
             service: Served
 
-            def start(w: str = w) -> Served:
-                return launch(w)
-
             def report(
                 row: dict[str, object], kind: str = kind, w: str = w, names: list[str] = names
             ) -> None:
@@ -888,7 +886,7 @@ def run_latency(
                 finally:
                     service.stop()
                 reset_breaker(res.state)
-                service = start("16")  # the usual service releases the round's nodes
+                service = launch("16")  # the usual service releases the round's nodes
                 try:
                     service.wait_steady()
                     report(row)
@@ -897,14 +895,20 @@ def run_latency(
                     service.stop()
                 continue
             if kind == "backlog":
-                row, service = backlog_round(res.state, api, prom, names, start)
+                row, service = backlog_round(
+                    res.state,
+                    api,
+                    prom,
+                    names,
+                    lambda w=w: launch(w),  # type: ignore[misc]
+                )
                 try:
                     report(row)
                     pool += names
                 finally:
                     service.stop()
                 continue
-            service = start()
+            service = launch(w)
             loader = None
             try:
                 if kind == "unsettled":

@@ -237,9 +237,9 @@ def inference_status(local_cluster) -> dict:
 def stuck_status(local_cluster, reason: str, timeout: float = 90) -> dict:
     """`gridloop status`'s model once its stuck revision names `reason`, or as last seen.
 
-    The status is a snapshot of the pods: one that was just replaced has not crashed yet
-    and says nothing (seen once in CI: the install had named the reason, the status a
-    moment later had none), so it is read again until its next crash."""
+    The status is a snapshot of the pods, and once in CI it named no reason a moment after
+    the install had (most likely a replaced pod that had not crashed yet; not confirmed),
+    so it is read again until it does."""
     deadline = time.monotonic() + timeout
     shown = inference_status(local_cluster)
     while reason not in shown["stuck"] and time.monotonic() < deadline:
