@@ -61,10 +61,10 @@ lint: setup
 # every test: unit tests, those that run the built binaries, and cluster tests (the latter
 # start their own local cluster). The inference tests serve a model with the heavy vLLM
 # CPU image, which only this target builds (`make demo` does not): `build all` builds it
-# beside the Go builds, so a cold build is not longer by its minutes.
+# beside the Go builds, so a cold build is not longer by its minutes. tests/suite.py runs
+# the build and pytest, and ends with one line: passed, failed, and where the time went.
 test: lint setup host-packages
-	$(BIN)/gridloop local build all
-	$(BIN)/pytest --durations=30
+	$(BIN)/python tests/suite.py --durations=30
 
 # what runs on a fresh clone with no build: not the cluster tests, nor the tests that run
 # the built helm, helm3, kubectl, trivy-k8s-config or promtool (marked needs_binaries)

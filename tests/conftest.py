@@ -32,14 +32,21 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from examples import example
 from gridloop.errors import BuildError
 from gridloop.local import building, cluster, kube
 from gridloop.local.container import starting as container
 from gridloop.local.state import State, load
+from suite_timing import SuiteTiming
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
+DEFAULT_FLEET = example("fleets/default.yaml")
 TEST_BASE_PORT = int(os.environ.get("GRIDLOOP_TEST_BASE_PORT", "27400"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where the minutes go: per module, per slow fixture, how busy the cores were."""
+    config.pluginmanager.register(SuiteTiming(), "suite-timing")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "training" / "rayjob.yaml"
+from examples import example
+
+EXAMPLE = example("training/rayjob.yaml")
 TEAM_NAMESPACE = "team-default"  # the local profile's one team
 RAY = ("ray.io", "v1")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

@@ -18,12 +18,14 @@ from container_pods import NODE, kubectl, phase, pod_spec
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from examples import example
 from gridloop import versions
 from gridloop.fleet import CONTAINER_NODE_LABEL, KWOK_NODE_ANNOTATION, SIMULATED_LABEL
 from gridloop.fleet.nodes import planned_container_nodes
 from gridloop.fleet.schema import load_fleet
 from gridloop.local.container import configs, starting
 from gridloop.local.images import gridloop_image
+from gridloop.models import rollouts
 
 pytestmark = pytest.mark.cluster
 
@@ -132,6 +134,14 @@ def test_a_pod_whose_image_does_not_exist_is_never_ready(local_cluster, namespac
         90,
     )
     assert reason in ("ErrImagePull", "ImagePullBackOff")
+    # the registry's "no such image" in the kubelet's words is what ends an install's wait
+    # at once (models/rollouts.py): pinned here against containerd's real message
+    (pod,) = local_cluster.core.list_namespaced_pod(namespace).items
+    as_dict = local_cluster.api.sanitize_for_serialization(pod)
+    assert rollouts.certain(as_dict), as_dict["status"]["containerStatuses"]
+    assert "the registry has no ghcr.io/gridloop/does-not-exist:0.0.0" in rollouts.pod_reason(
+        as_dict, ""
+    )
     deployment = apps.read_namespaced_deployment("missing", namespace)
     assert not deployment.status.available_replicas
     assert not deployment.status.ready_replicas
@@ -316,3 +326,43 @@ def test_up_drops_the_taint_an_older_gridloop_registered_the_container_node_with
         assert starting.drop_old_taint(local_cluster.api, [NODE]) == []
     finally:
         core.patch_node(NODE, {"spec": {"taints": None}})
+
+
+def test_the_container_nodes_example_applies_and_its_pods_and_service_answer(
+    local_cluster, namespace, eventually
+):
+    """examples/container-nodes/pods.yaml, applied as the README says (into a namespace of
+    the test's own): a runc pod, a gVisor pod and a web server behind a Service."""
+    pods = example("container-nodes/pods.yaml")
+    applied = kubectl(local_cluster, "apply", "-n", namespace, "-f", str(pods))
+    try:
+        assert applied.returncode == 0, applied.stderr
+        core = local_cluster.core
+
+        def running() -> bool:
+            listed = core.list_namespaced_pod(namespace).items
+            return len(listed) == 3 and all(p.status.phase == "Running" for p in listed)
+
+        eventually(running, "on-runc, on-gvisor and web to run", 90)
+        with open("/proc/sys/kernel/osrelease") as host:
+            kernel = host.read().strip()
+        said = {
+            name: eventually(
+                lambda name=name: kubectl(local_cluster, "logs", "-n", namespace, name).stdout,
+                f"{name}'s hello",
+            )
+            for name in ("on-runc", "on-gvisor")
+        }
+        assert said["on-runc"] == f"hello from on-runc on {kernel}\n"
+        assert said["on-gvisor"].startswith("hello from on-gvisor on ")
+        assert kernel not in said["on-gvisor"]  # gVisor's own kernel answers uname
+        web = core.read_namespaced_service("web", namespace).spec.cluster_ip
+        fetch = ["sh", "-c", f"nc -w 3 {web} 80 </dev/null"]
+
+        def answered() -> str:
+            out = kubectl(local_cluster, "exec", "-n", namespace, "on-runc", "--", *fetch)
+            return out.stdout if "hi from web-" in out.stdout else ""
+
+        assert "HTTP/1.0 200 OK" in str(eventually(answered, "web to answer on its ClusterIP"))
+    finally:
+        kubectl(local_cluster, "delete", "-n", namespace, "-f", str(pods), "--wait=false")

@@ -30,6 +30,7 @@ from platform_install import (
     remove_kept_namespaces,
 )
 
+from examples import example
 from gridloop.dashboards.catalog import dashboard
 from gridloop.dashboards.queries import expand, targets
 from gridloop.health.reading import connect
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.cluster
 
 SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inference" / "tiny-cpu.yaml"
+EXAMPLE = example("inference/tiny-cpu.yaml")
 MODEL = "tiny"
 # only what serving needs: the controllers the local profile turns on are other tests'
 LEAN = (
@@ -132,6 +133,29 @@ def test_the_model_streams_from_the_object_store_and_answers_completions(local_c
     assert reply["usage"]["completion_tokens"] == 8, reply
     assert reply["choices"][0]["text"], reply
     assert served_root(url) == "s3://models/tiny/r1/"
+
+
+def test_the_openai_client_gets_a_completion_and_a_chat_completion(local_cluster, serving):
+    """What most clients and agents call: OpenAI's own Python client, through the model's
+    Service. Chat renders the chat template `gridloop models make` writes (without one,
+    vLLM answers 400: transformers has no default template)."""
+    from openai import OpenAI
+
+    ai = OpenAI(base_url=f"{service_url(local_cluster)}/v1", api_key="unused", max_retries=0)
+    done = ai.completions.create(model=MODEL, prompt="the model", max_tokens=8)
+    assert done.usage is not None and done.usage.completion_tokens == 8
+    assert done.choices[0].text
+
+    chat = ai.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "the scheduler admits"}],
+        max_tokens=8,
+    )
+    assert chat.usage is not None and chat.usage.completion_tokens == 8
+    assert chat.choices[0].message.role == "assistant"
+    assert chat.choices[0].message.content
+    # the prompt is the template's rendering: `user: ...` and the opened reply
+    assert chat.usage.prompt_tokens > done.usage.prompt_tokens
 
 
 class Load:

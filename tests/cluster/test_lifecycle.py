@@ -7,13 +7,15 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from gridloop.local import kube, processes
-from gridloop.local.flags import Ports
+from gridloop.local import cluster, kube, processes
+from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local.images import registry, table
 
 pytestmark = pytest.mark.cluster
 
@@ -45,7 +47,9 @@ def _state_json(state_dir: Path) -> dict:
     return json.loads((state_dir / "state.json").read_text())
 
 
-def test_up_on_a_running_cluster_reports_it_and_changes_nothing(local_cluster, gridloop):
+def test_up_on_a_running_cluster_reports_it_and_changes_nothing_but_new_images(
+    local_cluster, gridloop
+):
     state_dir = local_cluster.state.dir
     before = (state_dir / "state.json").read_text()
 
@@ -59,9 +63,43 @@ def test_up_on_a_running_cluster_reports_it_and_changes_nothing(local_cluster, g
     )
 
     assert result.returncode == 0, result.stderr
-    assert "already running" in result.stdout and "nothing changed" in result.stdout
+    assert "already running" in result.stdout
+    # every image the cluster started with is in its registry already
+    assert "already holds every built image" in result.stdout, result.stdout
     assert (state_dir / "state.json").read_text() == before
     assert all(processes.alive(p) for p in local_cluster.state.processes)
+
+
+def test_an_image_the_registry_lacks_is_pushed_by_a_build_while_the_cluster_runs(
+    local_cluster, gridloop
+):
+    """The README's path: `make demo` starts the cluster, then `gridloop local build
+    vllm-cpu` builds an image it did not have. Here busybox is taken out of the running
+    cluster's registry (as if built after `up`), and a build puts it back there."""
+    port = local_cluster.state.ports.registry
+    ref = table.busybox_ref()
+    host, rest = ref.split("/", 1)
+    repository, tag = rest.rsplit(":", 1)
+    manifest = f"http://{LOOPBACK}:{port}/v2/{host}/{repository}/manifests"
+    head = urllib.request.Request(
+        f"{manifest}/{tag}", method="HEAD", headers={"Accept": registry.MANIFEST_TYPES}
+    )
+    with urllib.request.urlopen(head, timeout=5) as found:
+        digest = found.headers["Docker-Content-Digest"]
+    urllib.request.urlopen(
+        urllib.request.Request(f"{manifest}/{digest}", method="DELETE"), timeout=5
+    ).close()
+    assert not registry.has(port, host, repository, tag)
+    try:
+        built = gridloop("local", "build", "images", "--state-dir", str(local_cluster.state.dir))
+
+        assert built.returncode == 0, built.stderr
+        [line] = [x for x in built.stdout.splitlines() if x.startswith("images: pushed to")]
+        assert line.startswith(f"images: pushed to the local cluster's registry (127.0.0.1:{port})")
+        assert ref in line
+        assert registry.has(port, host, repository, tag)
+    finally:
+        cluster.push_new_images(local_cluster.state.dir)  # never leave the registry without it
 
 
 def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, gridloop):

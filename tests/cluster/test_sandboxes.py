@@ -30,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import HEALTH_OFF, Installed, installed_platform
 
+from examples import example
 from gridloop.fleet import CONTAINER_NODE_LABEL
 from gridloop.local.images import python_images
 
@@ -37,7 +38,7 @@ pytestmark = pytest.mark.cluster
 
 NS = "agents"
 TEMPLATE = "default"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sandboxes" / "agent.py"
+EXAMPLE = example("sandboxes/agent.py")
 EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
 RUNTIME = python_images.by_name(python_images.RUNTIME).ref
 POOL_LABEL = "agents.x-k8s.io/pool"
@@ -453,6 +454,47 @@ def test_a_claim_for_a_template_that_does_not_exist(local_cluster, client_env) -
         custom.get_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", bare.claim_name)
     assert gone.value.status == 404
     assert {p.metadata.name for p in warm_pods(core)} == warm, "the warm pool is untouched"
+
+
+def test_the_example_claim_applied_with_kubectl_gets_a_ready_sandbox_from_the_pool(
+    local_cluster, client_env
+) -> None:
+    """examples/sandboxes/claim.yaml, as the README applies it: `kubectl get sandbox
+    agent-run-1 -n agents` then shows it Ready, on a pod the warm pool had."""
+    from container_pods import kubectl
+
+    claim = example("sandboxes/claim.yaml")
+    warm_before = {p.metadata.name for p in wait_for_warm_pool(local_cluster.core)}
+    custom = client.CustomObjectsApi(local_cluster.api)
+    applied = kubectl(local_cluster, "apply", "-f", str(claim))
+    try:
+        assert applied.returncode == 0, applied.stderr
+        assert "sandboxclaim.extensions.agents.x-k8s.io/agent-run-1 created" in applied.stdout
+        deadline = time.monotonic() + 60
+        conditions: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            try:
+                got = custom.get_namespaced_custom_object(
+                    "agents.x-k8s.io", "v1alpha1", NS, "sandboxes", "agent-run-1"
+                )
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                got = {}
+            conditions = (got.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"sandbox agent-run-1 not Ready after 60s: {conditions}")
+        shown = kubectl(local_cluster, "get", "sandbox", "agent-run-1", "-n", NS)
+        assert shown.returncode == 0, shown.stderr
+        # agent-sandbox names the pod it handed over (its client reads the same annotation)
+        pod = (got["metadata"].get("annotations") or {}).get("agents.x-k8s.io/pod-name")
+        assert pod in warm_before, f"the claim was served from the warm pool: {pod}"
+    finally:
+        kubectl(local_cluster, "delete", "-f", str(claim), "--wait=true", timeout=120)
+    assert wait_for_warm_pool(local_cluster.core, 60), "the pool refills after the claim"
 
 
 def test_a_claim_names_the_missing_template_in_its_condition(local_cluster, client_env) -> None:

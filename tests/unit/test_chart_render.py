@@ -1074,3 +1074,20 @@ def test_notes_warn_about_unsafe_settings(notes: Callable[..., str], tmp_path: P
     assert "DRY-RUN" in warnings[0]
     assert "circuit breaker is wide open (fleet maxPercent 80" in warnings[1]
     assert "do not run under gVisor" in warnings[2]
+
+
+@needs_helm
+def test_notes_warn_that_nothing_scrapes_only_when_nothing_does(
+    notes: Callable[..., str], tmp_path: Path
+) -> None:
+    off = values_file(tmp_path, {"monitoring": {"enabled": False}})
+    [warning] = [line for line in notes(EVERYTHING, off).splitlines() if "WARNING" in line]
+    assert "monitoring.scrapedBy names nothing else: nothing scrapes the DCGM exporter" in warning
+
+    # the local profile's own Prometheus scrapes the exporters: said, not warned about
+    text = notes(EVERYTHING, PROFILES / "local.yaml")
+    assert "nothing scrapes" not in text
+    assert (
+        "Monitoring objects are off (monitoring.enabled=false): the local cluster's own "
+        "Prometheus (`gridloop local up`) scrapes the DCGM exporters and the health service"
+    ) in text

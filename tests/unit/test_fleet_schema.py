@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from examples import example
 from gridloop.fleet import GPU_MODELS, ContainerNodes, FleetError, load_fleet, parse_fleet, schema
 from gridloop.fleet.schema import SERVICE_RANGE, SIMULATED_POD_RANGE
 from gridloop.local import flags
 
 REPO = Path(__file__).parents[2]
-DEFAULT_FLEET = REPO / "examples" / "fleets" / "default.yaml"
+DEFAULT_FLEET = example("fleets/default.yaml")
 _MISSING = object()
 
 
@@ -103,6 +105,19 @@ def test_pool_of_zero_nodes_is_allowed() -> None:
     fleet = parse_fleet(changed("sites[0].pools[0].nodes", 0))
 
     assert fleet.sites[0].pools[0].nodes == 0
+
+
+def test_the_schema_in_the_fleets_readme_is_a_valid_fleet_and_its_errors_are_ours() -> None:
+    readme = example("fleets/README.md").read_text()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", readme, re.S)
+    [documented] = [body for lang, body in blocks if lang == "yaml"]
+    fleet = parse_fleet(yaml.safe_load(documented), "README.md")
+    assert fleet.sites[0].pools[0].gpu == "H100-80GB"
+    # the first bad-file line is word for word what the validator says
+    [errors] = [body for lang, body in blocks if lang == "" and "bad.yaml" in body]
+    with pytest.raises(FleetError) as caught:
+        parse_fleet(changed("sites[1].pools[0].gpu", "H900"), "examples/fleets/bad.yaml")
+    assert str(caught.value) == errors.splitlines()[0]
 
 
 def test_unknown_gpu_model_names_the_field() -> None:

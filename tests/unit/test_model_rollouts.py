@@ -206,6 +206,33 @@ def test_a_new_pod_template_of_the_serving_revision_is_told_apart():
     )
 
 
+# containerd's words when the registry has no such tag (seen on the local cluster)
+NO_IMAGE = (
+    'failed to pull and unpack image "ghcr.io/gridloop/vllm-cpu:0.32.0": failed to resolve '
+    'reference "ghcr.io/gridloop/vllm-cpu:0.32.0": ghcr.io/gridloop/vllm-cpu:0.32.0: not found'
+)
+
+
+def pulling(reason: str, message: str) -> dict:
+    return {
+        "containerStatuses": [
+            {
+                "image": "ghcr.io/gridloop/vllm-cpu:0.32.0",
+                "state": {"waiting": {"reason": reason, "message": message}},
+                "restartCount": 0,
+            }
+        ]
+    }
+
+
+def test_a_missing_image_says_the_registry_has_none_and_what_to_do():
+    why = rollouts.pod_reason(pod("r2", **pulling("ImagePullBackOff", NO_IMAGE)), "s3://m/")
+    assert why.startswith("ImagePullBackOff: failed to pull and unpack image")
+    assert why.endswith(
+        "(the registry has no ghcr.io/gridloop/vllm-cpu:0.32.0: push it, or set another image)"
+    )
+
+
 def test_a_wait_gives_up_only_on_what_no_restart_fixes() -> None:
     rss = [replica_set("r1", 1, 1, 1), replica_set("r2", 2, 1, 0)]
 
@@ -226,6 +253,15 @@ def test_a_wait_gives_up_only_on_what_no_restart_fixes() -> None:
     assert hopeless(**waiting("CreateContainerConfigError"))
     assert hopeless(**waiting("InvalidImageName"))
     assert not hopeless(**waiting("ImagePullBackOff"))
+    # ... but not one the registry answered "no such image": only a push fixes that
+    assert hopeless(**pulling("ImagePullBackOff", f"Back-off pulling image: {NO_IMAGE}"))
+    assert hopeless(**pulling("ErrImagePull", NO_IMAGE))
+    unknown = "GET /v2/x/manifests/1: MANIFEST_UNKNOWN: manifest unknown"
+    assert hopeless(**pulling("ErrImagePull", unknown))
+    refused = "failed to resolve reference: pulling from host ghcr.io failed: 401 Unauthorized"
+    assert not hopeless(**pulling("ErrImagePull", refused))
+    unreachable = "dial tcp 127.0.0.1:27413: connect: connection refused"
+    assert not hopeless(**pulling("ImagePullBackOff", unreachable))
     # loading, or waiting for a node: the deadline decides
     assert not hopeless(containerStatuses=[{"state": {"running": {}}, "restartCount": 0}])
     pending = {"type": "PodScheduled", "status": "False", "message": "Insufficient cpu"}

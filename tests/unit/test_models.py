@@ -50,6 +50,22 @@ def test_a_made_model_is_a_checkpoint_transformers_would_read(tmp_path):
     assert config["eos_token_id"] == tok.token_to_id("</s>")
 
 
+def test_a_made_model_has_a_chat_template_that_renders_a_conversation(tmp_path):
+    """vLLM's chat endpoint answers 400 without one (the cluster test asks it through the
+    openai client); rendered here in a sandboxed Jinja environment, as transformers does."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    making.make(tmp_path / "m", PRESETS["tiny"], seed=3)
+    config = json.loads((tmp_path / "m" / "tokenizer_config.json").read_text())
+    template = ImmutableSandboxedEnvironment().from_string(config["chat_template"])
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+
+    assert template.render(messages=messages, add_generation_prompt=True) == (
+        "system: be brief\nuser: hi\nassistant: "
+    )
+    assert template.render(messages=messages, add_generation_prompt=False).endswith("hi\n")
+
+
 def test_the_same_seed_gives_the_same_bytes_and_another_seed_others(tmp_path):
     small = Shape(hidden=64, intermediate=64, layers=1, heads=1, kv_heads=1, vocab=300)
     a, b, c = (making.make(tmp_path / n, small, seed=s) for n, s in (("a", 1), ("b", 1), ("c", 2)))

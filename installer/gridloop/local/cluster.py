@@ -206,6 +206,29 @@ def up(
     return UpResult(state, False, started, ready, result.created, result.deleted)
 
 
+def push_new_images(state_dir: Path) -> list[str] | None:
+    """On a running cluster with a registry, push every built image it lacks there (or
+    holds an older build of) and return their references; None when no such cluster runs.
+    Its nodes pull from that registry only, so an image built after `up` must go there
+    before an install can use it."""
+    from gridloop.local.images import pushing
+
+    state = load(state_dir)
+    if state is None or not fully_running(state) or REGISTRY not in state.components:
+        return None
+    binaries = {name: building.binary(name) for name in pushing.BINARIES}
+    return pushing.push_all(state.ports.registry, binaries)
+
+
+def pushed_line(state_dir: Path, pushed: list[str]) -> str:
+    state = load(state_dir)
+    port = state.ports.registry if state else "?"
+    where = f"the local cluster's registry (127.0.0.1:{port})"
+    if pushed:
+        return f"images: pushed to {where}: {', '.join(pushed)}"
+    return f"images: {where} already holds every built image"
+
+
 def _start_container_nodes(
     state: State, fleet: Fleet, binaries: dict[str, Path], api: client.ApiClient, say: Say
 ) -> None:

@@ -9,6 +9,7 @@ import argparse
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from gridloop.local import building, paths
 from gridloop.local.building import Progress
@@ -35,6 +36,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "0.6 GB) and the trainer image (`trainer`: Ray on the vLLM image's layers, which it "
         "builds first); `all`: everything and those images, built beside the Go builds (what "
         "`make test` runs)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="the local cluster whose registry gets what was built, when it runs "
+        f"(default {paths.state_root()}); a cluster started later gets it from `local up`",
     )
     p.set_defaults(func=cmd_build)
 
@@ -101,5 +109,14 @@ def cmd_build(args: argparse.Namespace) -> int:
                 print(f"  ✓ {one.ref:<62} {state} in {one.seconds:.1f}s", flush=True)
     finally:
         pool.shutdown(wait=True)
+    _push_to_running(args.state_dir or paths.state_root())
     print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
     return 0
+
+
+def _push_to_running(state_dir: Path) -> None:
+    from gridloop.local import cluster
+
+    pushed = cluster.push_new_images(state_dir)
+    if pushed is not None:
+        print(cluster.pushed_line(state_dir, pushed), flush=True)

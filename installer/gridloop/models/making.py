@@ -19,6 +19,15 @@ from pathlib import Path
 from gridloop.models.shapes import Shape
 
 SPECIAL = ("<unk>", "<s>", "</s>")
+# OpenAI's chat endpoint renders the messages with the tokenizer's chat template, and
+# transformers has no default one (vLLM answers 400 without it): a plain one, each message
+# as `role: content` on its own line and the reply opened with `assistant: `
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- message['role'] + ': ' + message['content'] + '\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- 'assistant: ' -}}{%- endif -%}"
+)
 DEFAULT_SHARD_BYTES = 256 * 2**20
 
 
@@ -87,6 +96,7 @@ def make(folder: Path, shape: Shape, seed: int = 0, shard_bytes: int = DEFAULT_S
         "unk_token": SPECIAL[0],
         "model_max_length": shape.max_positions,
         "clean_up_tokenization_spaces": False,
+        "chat_template": CHAT_TEMPLATE,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     config = shape.config(bos, eos, "float16")

@@ -49,6 +49,12 @@ _NO_WEIGHTS = (
 _NO_BUCKET = re.compile(r"\bNoSuchBucket\b")
 # waiting reasons no retry clears: the pod spec itself is wrong
 _WRONG_SPEC = {"InvalidImageName", "CreateContainerConfigError"}
+# a pull the registry answered "no such image" (containerd: `...: <ref>: not found`;
+# a registry's own words: MANIFEST_UNKNOWN, NAME_UNKNOWN): backing off will not make it
+# appear, only a push or another image will. A pull that failed to connect, or was
+# refused for want of credentials, may still succeed and is waited for.
+_PULLING = {"ErrImagePull", "ImagePullBackOff"}
+_NO_IMAGE = re.compile(r"not found|manifest unknown|name unknown|\bNotFound\b", re.IGNORECASE)
 CRASHES = 2  # a server restarted this many times after crashing will crash again
 _ERROR_LINE = re.compile(r"(Error|error|Exception|exception|refused|denied|failed)")
 LINE = 200  # characters of a log line quoted in a reason
@@ -167,7 +173,11 @@ def pod_reason(pod: Mapping[str, Any], where: str) -> str:
         reason = waiting.get("reason")
         restarts = int(c.get("restartCount") or 0)
         if reason in _STUCK_WAITING and reason != "CrashLoopBackOff":
-            return f"{reason}: {waiting.get('message') or 'no message'}"
+            said = f"{reason}: {waiting.get('message') or 'no message'}"
+            if _no_image(waiting):
+                image = c.get("image") or "its image"
+                said += f" (the registry has no {image}: push it, or set another image)"
+            return said
         if crashed:
             if crashed.get("reason") == "OOMKilled":
                 why = "killed at its memory limit (OOMKilled): raise resources.limits.memory"
@@ -183,14 +193,22 @@ def pod_reason(pod: Mapping[str, Any], where: str) -> str:
     return ""
 
 
+def _no_image(waiting: Mapping[str, Any]) -> bool:
+    return waiting.get("reason") in _PULLING and bool(
+        _NO_IMAGE.search(str(waiting.get("message") or ""))
+    )
+
+
 def certain(pod: Mapping[str, Any]) -> bool:
     """The pod will not become ready until something is changed: a waiting reason that
-    names its spec, a crashed server whose log names a cause no restart fixes (weights
-    missing, keys refused, no bucket), or a crash after CRASHES restarts. An install's wait
+    names its spec, an image the registry says it does not have, a crashed server whose
+    log names a cause no restart fixes (weights missing, keys refused, no bucket), or a
+    crash after CRASHES restarts. An install's wait
     ends on it at once rather than at its deadline (chart/waiting.py)."""
     for c in (pod.get("status") or {}).get("containerStatuses") or []:
         state = c.get("state") or {}
-        if ((state.get("waiting") or {}).get("reason")) in _WRONG_SPEC:
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in _WRONG_SPEC or _no_image(waiting):
             return True
         now, last = state.get("terminated") or {}, (c.get("lastState") or {}).get("terminated")
         crashed = now if now.get("exitCode") else (last or {})

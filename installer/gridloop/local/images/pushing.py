@@ -56,14 +56,22 @@ def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[
 def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m: None) -> str:
     """Build (unless cached) and push (unless the registry holds it) every image; return
     the pause image's reference, which containerd pins."""
-    pause = building.built_version("pause")
+    push_all(port, binaries, say)
+    return table.pause_ref(building.built_version("pause"))
+
+
+def push_all(port: int, binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[str]:
+    """Build (unless cached) every image and push each one the registry on `port` lacks
+    (or holds an older build of); return the references pushed."""
     log = paths.cache_root() / "images" / "push.log"
     heavy = {image.ref(): image for image in locked_images.IMAGES}
+    pushed = []
     for report in build_all(binaries, say):
         locked = heavy.get(report.ref)  # 1 to 7 GiB: gzip would take minutes each way
-        buildah.push_named(
+        if buildah.push_named(
             report.local, report.ref, port, report.built, log, compress=locked is None
-        )
+        ):
+            pushed.append(report.ref)
         if locked is not None:
             locked.mark_pushed()
-    return table.pause_ref(pause)
+    return pushed
