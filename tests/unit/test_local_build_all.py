@@ -10,7 +10,7 @@ from gridloop.local import building, commands
 from gridloop.local.images import gridloop_image, locked_images, pushing
 
 
-def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys):
+def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys, tmp_path):
     said: list[str] = []
     go_started, heavy_running = threading.Event(), threading.Event()
 
@@ -31,7 +31,7 @@ def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys):
     monkeypatch.setattr(gridloop_image, "base_image", lambda: said.append("base") or ("b", False))
     monkeypatch.setattr(locked_images.LockedImage, "build", heavy_build)
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
-    assert commands.cmd_build(argparse.Namespace(components=["all"])) == 0
+    assert commands.cmd_build(argparse.Namespace(components=["all"], state_dir=tmp_path)) == 0
     assert said[:2] == [f"recipes {locked_images.needs()}", "base"]  # what they need, first
     assert said.index("image vllm-cpu") > said.index("recipes None")
     assert said.index("image ray") > said.index("image vllm-cpu")
@@ -39,17 +39,17 @@ def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys):
     assert f"{locked_images.RAY.ref()}" in out and "built in 1.0s" in out
 
 
-def test_without_all_the_heavy_images_are_left_out(monkeypatch):
+def test_without_all_the_heavy_images_are_left_out(monkeypatch, tmp_path):
     said: list[str] = []
     monkeypatch.setattr(building, "build", lambda components, report: said.append("recipes"))
     monkeypatch.setattr(building, "binary", lambda name: name)
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
     monkeypatch.setattr(locked_images.LockedImage, "build", lambda i: said.append(i.name))
-    assert commands.cmd_build(argparse.Namespace(components=[])) == 0
+    assert commands.cmd_build(argparse.Namespace(components=[], state_dir=tmp_path)) == 0
     assert said == ["recipes", "images"]
 
 
-def test_naming_one_heavy_image_builds_what_it_needs_then_it_alone(monkeypatch, capsys):
+def test_naming_one_heavy_image_builds_what_it_needs_then_it_alone(monkeypatch, capsys, tmp_path):
     said: list[object] = []
     monkeypatch.setattr(building, "build", lambda components, report: said.append(components))
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
@@ -59,6 +59,6 @@ def test_naming_one_heavy_image_builds_what_it_needs_then_it_alone(monkeypatch, 
         return gridloop_image.Built(image.ref(), False, 0.1)
 
     monkeypatch.setattr(locked_images.LockedImage, "build", heavy_build)
-    assert commands.cmd_build(argparse.Namespace(components=["ray"])) == 0
+    assert commands.cmd_build(argparse.Namespace(components=["ray"], state_dir=tmp_path)) == 0
     assert said == [locked_images.RAY.needs, "ray"]
     assert "cached" in capsys.readouterr().out
