@@ -10,8 +10,9 @@ STAMP  := $(VENV)/.installed
 
 # Debian packages the local cluster's container nodes need on the host: buildah builds
 # their images, debootstrap the base of gridloop's image, iptables carries kube-proxy's
-# rules; installed with apt-get when missing and running as root
-HOST_PACKAGES := buildah debootstrap iptables
+# rules, tmux is the terminal test_status_terminal drives; installed with apt-get when
+# missing and running as root
+HOST_PACKAGES := buildah debootstrap iptables tmux
 
 setup: $(STAMP)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from examples import example
@@ -42,6 +43,18 @@ from suite_timing import SuiteTiming
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FLEET = example("fleets/default.yaml")
 TEST_BASE_PORT = int(os.environ.get("GRIDLOOP_TEST_BASE_PORT", "27400"))
+# `make test` runs its tests in two lanes at once (tests/suite.py): the tests marked
+# `kwok_cluster`, and the unit tests, against a kwok-only cluster of the same GPU fleet;
+# the rest against the cluster with the container node. Unset: one cluster, every test.
+KWOK_LANE = os.environ.get("GRIDLOOP_TEST_LANE") == "kwok"
+
+
+def kwok_only(fleet: Path, out: Path) -> Path:
+    """The fleet file without its container nodes: its GPU nodes, names and pools alike."""
+    doc = yaml.safe_load(fleet.read_text())
+    doc.pop("containerNodes", None)
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,6 +99,18 @@ class LocalCluster:
         return client.CoreV1Api(self.api)
 
 
+@pytest.fixture(autouse=True)
+def _lane(request: pytest.FixtureRequest) -> None:
+    """In the kwok lane, a cluster test that is not marked `kwok_cluster` fails: it would
+    find no container node (tests/suite.py selects none; a hand-made run could)."""
+    if (
+        KWOK_LANE
+        and request.node.get_closest_marker("cluster")
+        and not request.node.get_closest_marker("kwok_cluster")
+    ):
+        pytest.fail("this cluster test needs the container node: not in the kwok lane")
+
+
 @pytest.fixture(scope="session")
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     reuse = os.environ.get("GRIDLOOP_TEST_STATE")
@@ -95,16 +120,16 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
             pytest.fail(f"GRIDLOOP_TEST_STATE={reuse}: no running local cluster there")
         yield LocalCluster(state, kube.api_client(state.kubeconfig))
         return
-    state_dir = tmp_path_factory.mktemp("cluster") / "state"
+    work = tmp_path_factory.mktemp("cluster")
+    state_dir = work / "state"
+    fleet = kwok_only(DEFAULT_FLEET, work / "kwok-fleet.yaml") if KWOK_LANE else DEFAULT_FLEET
     # a disk that fills while the node pulls the vLLM image evicts every pod: say so now,
     # not as install timeouts an hour later
-    note = container.disk_note(cluster.read_fleet(DEFAULT_FLEET), state_dir)
+    note = container.disk_note(cluster.read_fleet(fleet), state_dir)
     if note:
         pytest.fail(f"the cluster tests serve a model: {note}", pytrace=False)
     # the exporters and Prometheus run; health tests drive their own health service
-    result = cluster.up(
-        state_dir, DEFAULT_FLEET, TEST_BASE_PORT, say=lambda _m: None, health_service=False
-    )
+    result = cluster.up(state_dir, fleet, TEST_BASE_PORT, say=lambda _m: None, health_service=False)
     try:
         yield LocalCluster(result.state, kube.api_client(result.state.kubeconfig))
     finally:

@@ -1,15 +1,28 @@
-"""`make test`'s runner: the build, then pytest, then one line that says how it went.
+"""`make test`'s runner: the build, then the tests in two lanes at once, then one line.
 
     python tests/suite.py [pytest args...]
 
 It builds every binary and image the suite needs (`gridloop local build all`: seconds
-when cached), runs pytest with the given arguments, and ends with
+when cached) and assembles the chart's bundle once (so no two lanes fetch it at once).
+Then two pytest processes run side by side, each with the given arguments:
 
-    make test: 2051 passed, 0 failed, 3 skipped in 2837s (build 61s, cluster setup 97s, tests 2679s)
+- the **container lane**: the cluster tests that need the container node (pods that
+  really run: the chart's controllers, models, sandboxes, RayJobs), against the cluster
+  with the default fleet, on base port 27400;
+- the **kwok lane**: the unit tests and the cluster tests marked `kwok_cluster`, against a
+  kwok-only cluster of the same GPU fleet on base port 28400 (tests/conftest.py).
 
-counted by pytest itself (tests/suite_timing.py writes its counts and the cluster's
-setup time). Its exit code is pytest's, or the build's when the build fails. Nothing is
-retried: a test that fails once has failed.
+Most of the container lane's time is spent waiting on pods, so the second lane fills
+the idle core (docs/local-cluster.md has the figures). The container lane's output
+streams; the kwok lane's is written to a log and printed when both are done. It ends
+with one line counted by pytest itself (tests/suite_timing.py writes the counts and
+the cluster's setup time):
+
+    make test: 2051 passed, 0 failed in 1837s (build 61s, cluster setup 97s, tests 1761s)
+
+Its exit code is the build's when the build fails, else 0 only when both lanes pass.
+Nothing is retried: a test that fails once has failed. GRIDLOOP_TEST_LANES=1 runs every
+test in one pytest process against the container node's cluster, as plain `pytest` does.
 """
 
 from __future__ import annotations
@@ -20,37 +33,115 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BIN = Path(sys.executable).parent
+KWOK_BASE_PORT = "28400"
+# pytest's exit code when a lane's selection holds no test (a run of chosen files)
+NO_TESTS = 5
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    marks: str
+    env: dict[str, str]
+
+
+LANES = (
+    Lane("container", "cluster and not kwok_cluster", {}),
+    Lane(
+        "kwok",
+        "not cluster or kwok_cluster",
+        {"GRIDLOOP_TEST_LANE": "kwok", "GRIDLOOP_TEST_BASE_PORT": KWOK_BASE_PORT},
+    ),
+)
 
 
 def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     build = subprocess.run([str(BIN / "gridloop"), "local", "build", "all"], check=False)
+    if build.returncode == 0:
+        with tempfile.TemporaryDirectory(prefix="gridloop-bundle-") as out:
+            bundle = [str(BIN / "gridloop"), "bundle", "--skip", "kaito", "--out", out]
+            build = subprocess.run(bundle, stdout=subprocess.DEVNULL, check=False)
     built = time.monotonic() - t0
     if build.returncode != 0:
         print(f"make test: the build failed after {built:.0f}s (exit {build.returncode})")
         return build.returncode
-    with tempfile.TemporaryDirectory(prefix="gridloop-suite-") as work:
-        timings = Path(work) / "timings.json"
-        env = {**os.environ, "GRIDLOOP_TEST_TIMINGS": str(timings)}
-        t1 = time.monotonic()
-        tests = subprocess.run([str(BIN / "pytest"), *argv], env=env, check=False)
-        tested = time.monotonic() - t1
-        report = json.loads(timings.read_text()) if timings.is_file() else {}
-    print(summary(report, built, tested, time.monotonic() - t0), flush=True)
-    return tests.returncode
+    t1 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gridloop-suite-") as tmp:
+        work = Path(tmp)
+        if os.environ.get("GRIDLOOP_TEST_LANES") == "1":
+            codes, reports = _one(work, argv)
+        else:
+            codes, reports = _lanes(work, argv)
+    tested = time.monotonic() - t1
+    print(summary(reports, built, tested, time.monotonic() - t0), flush=True)
+    failed = [c for c in codes if c not in (0, NO_TESTS)]
+    if failed:
+        return failed[0]
+    return NO_TESTS if all(c == NO_TESTS for c in codes) else 0
 
 
-def summary(report: dict, built: float, tested: float, total: float) -> str:
-    counts = report.get("counts") or {}
+def _pytest(work: Path, name: str, argv: list[str]) -> list[str]:
+    return [str(BIN / "pytest"), f"--basetemp={work / name}", *argv]
+
+
+def _env(work: Path, name: str, extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra, "GRIDLOOP_TEST_TIMINGS": str(work / f"{name}.json")}
+
+
+def _one(work: Path, argv: list[str]) -> tuple[list[int], list[dict[str, Any]]]:
+    env = _env(work, "all", {})
+    code = subprocess.run(_pytest(work, "all", argv), env=env, check=False).returncode
+    return [code], [_report(work, "all")]
+
+
+def _lanes(work: Path, argv: list[str]) -> tuple[list[int], list[dict[str, Any]]]:
+    container, kwok = LANES
+    log = work / "kwok.log"
+    kwok_env = _env(work, kwok.name, kwok.env)
+    with log.open("w") as out:
+        side = subprocess.Popen(
+            _pytest(work, kwok.name, ["-m", kwok.marks, *argv]),
+            env=kwok_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        env = _env(work, container.name, container.env)
+        print(f"== {container.name} lane (the kwok lane's output follows when both end) ==")
+        sys.stdout.flush()
+        main_code = subprocess.run(
+            _pytest(work, container.name, ["-m", container.marks, *argv]),
+            env=env,
+            check=False,
+        ).returncode
+        side_code = side.wait()
+    print(f"\n== {kwok.name} lane ==", flush=True)
+    sys.stdout.write(log.read_text())
+    sys.stdout.flush()
+    return [main_code, side_code], [_report(work, container.name), _report(work, kwok.name)]
+
+
+def _report(work: Path, name: str) -> dict[str, Any]:
+    path = work / f"{name}.json"
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def summary(reports: list[dict[str, Any]], built: float, tested: float, total: float) -> str:
+    counts: dict[str, int] = {}
+    for report in reports:
+        for key, n in (report.get("counts") or {}).items():
+            counts[key] = counts.get(key, 0) + n
     failed = counts.get("failed", 0) + counts.get("error", 0)
     line = f"make test: {counts.get('passed', 0)} passed, {failed} failed"
     if counts.get("skipped"):
         line += f", {counts['skipped']} skipped"
-    setup = report.get("cluster_setup")
-    cluster = f"cluster setup {setup:.0f}s, " if setup is not None else ""
+    setups = [r["cluster_setup"] for r in reports if r.get("cluster_setup") is not None]
+    cluster = f"cluster setup {max(setups):.0f}s, " if setups else ""
     return f"{line} in {total:.0f}s (build {built:.0f}s, {cluster}tests {tested:.0f}s)"
 
 

@@ -11,7 +11,8 @@ from gridloop.health.actions import Acknowledge, Quarantine, Release
 from gridloop.health.listing import node_view
 from gridloop.health.observed import MANAGER, STATE_LABEL, TAINT_KEY
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 FAULTS = frozenset({"GPU-x-3:xid-79"})
 

@@ -9,7 +9,8 @@ from kubernetes import client
 
 from gridloop.health.leadership import Lease
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 T0 = dt.datetime(2027, 1, 15, 8, 0, 0, tzinfo=dt.UTC)
 

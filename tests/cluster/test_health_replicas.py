@@ -18,7 +18,8 @@ from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
 from gridloop.local import processes
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 POLICY_YAML = textwrap.dedent("""\
     apiVersion: gridloop.io/v1alpha1

@@ -21,7 +21,8 @@ from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
 from gridloop.local.flags import SCRAPE_INTERVAL
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
 POLICY = dataclasses.replace(

@@ -6,7 +6,8 @@ import pytest
 
 from gridloop.health.watching import NodeCache
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 OPT_OUT = "gridloop.io/health-opt-out"
 NODE = "eu-west-a100-002"

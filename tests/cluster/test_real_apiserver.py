@@ -12,7 +12,8 @@ from kubernetes.client.rest import ApiException
 
 from gridloop.local import building
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 
 def kubectl(cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

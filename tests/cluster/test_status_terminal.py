@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.cluster
+# the control plane, kwok and the GPU-health processes: no container node needed
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")  # the installed console script
 
