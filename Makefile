@@ -40,8 +40,9 @@ build: setup host-packages
 # controllers and health service running as real pods on the container node, run the
 # example agent in a gVisor sandbox from the warm pool (examples/sandboxes/agent.py), and
 # show the fleet, its queues and the health service's work once (`gridloop status` is the
-# live view)
-demo: build
+# live view). `local up` builds what the cluster runs and nothing else: Helm 3 and the
+# Trivy scanner are test tools, built by `make build` and `make test`.
+demo: setup host-packages
 	$(BIN)/gridloop local up
 	$(BIN)/gridloop bundle --skip kaito
 	$(BIN)/gridloop install --profile local --wait
