@@ -20,6 +20,8 @@ the cluster's setup time):
 
     make test: 2051 passed, 0 failed in 1837s (build 61s, cluster setup 97s, tests 1761s)
 
+With GRIDLOOP_SUITE_REPORTS=DIR, each lane's figures (JSON: seconds per module and per
+slow fixture, cores busy, counts) and the kwok lane's log are kept in DIR.
 Its exit code is the build's when the build fails, else 0 only when both lanes pass.
 Nothing is retried: a test that fails once has failed. GRIDLOOP_TEST_LANES=1 runs every
 test in one pytest process against the container node's cluster, as plain `pytest` does.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,6 +81,11 @@ def main(argv: list[str]) -> int:
             codes, reports = _one(work, argv)
         else:
             codes, reports = _lanes(work, argv)
+        keep = os.environ.get("GRIDLOOP_SUITE_REPORTS")
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for kept in [*work.glob("*.json"), *work.glob("*.log")]:
+                shutil.copy2(kept, Path(keep) / kept.name)
     tested = time.monotonic() - t1
     print(summary(reports, built, tested, time.monotonic() - t0), flush=True)
     failed = [c for c in codes if c not in (0, NO_TESTS)]
