@@ -1,0 +1,69 @@
+"""`make test`'s runner (tests/suite.py) and its policy: one closing line counted by pytest,
+two lanes that split the tests without losing one, and no retries anywhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import suite
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_closing_line_adds_both_lanes_and_counts_errors_as_failures() -> None:
+    container = {"counts": {"passed": 140, "failed": 1, "error": 0}, "cluster_setup": 96.6}
+    kwok = {"counts": {"passed": 1900, "failed": 0, "error": 2, "skipped": 3}, "cluster_setup": 20}
+
+    line = suite.summary([container, kwok], built=61.2, tested=1761.4, total=1837.9)
+
+    assert line == (
+        "make test: 2040 passed, 3 failed, 3 skipped in 1838s "
+        "(build 61s, cluster setup 97s, tests 1761s)"
+    )
+
+
+def test_a_lane_that_wrote_no_figures_still_gives_a_line() -> None:
+    assert (
+        suite.summary([{}], 1.0, 2.0, 3.0)
+        == "make test: 0 passed, 0 failed in 3s (build 1s, tests 2s)"
+    )
+
+
+def _collected(marks: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-m", marks, str(REPO / "tests")],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_two_lanes_split_the_suite_and_lose_no_test() -> None:
+    container, kwok = (_collected(lane.marks) for lane in suite.LANES)
+    everything = _collected("cluster or not cluster")
+
+    assert container and kwok
+    assert not container & kwok
+    assert container | kwok == everything
+    # the container lane holds cluster tests only; the kwok lane every unit test
+    assert all(t.startswith("tests/cluster/") for t in container)
+    assert {t for t in everything if t.startswith("tests/unit/")} <= kwok
+
+
+def test_no_failing_test_is_ever_retried() -> None:
+    """A flake is a bug: no rerun plugin, no retry flag, no flaky marker."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    deps = " ".join(
+        d for group in project["project"]["optional-dependencies"].values() for d in group
+    )
+    assert not any(p in deps for p in ("rerunfailures", "flaky", "pytest-retry"))
+    opts = project["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "--reruns" not in opts and "--retries" not in opts
+    retried = ("mark." + "flaky", "@" + "retry")  # spelled apart: this file names them
+    for path in (REPO / "tests").rglob("*.py"):
+        text = path.read_text()
+        assert not any(word in text for word in retried), path
