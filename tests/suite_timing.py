@@ -193,3 +193,28 @@ class SuiteTiming:
 
 def _percent(share: float | None) -> int | None:
     return None if share is None else round(share * 100)
+
+
+def markdown(report: dict[str, Any], top: int = 40) -> str:
+    """The figures as the Markdown tables docs/local-cluster.md keeps: modules by wall time,
+    then the slow fixture setups and teardowns."""
+    rows = ["| module | tests | wall s | cores busy |", "| --- | ---: | ---: | ---: |"]
+    for m in report["modules"][:top]:
+        busy = "-" if m["busy"] is None else f"{m['busy']}%"
+        rows.append(f"| `{m['module']}` | {m['tests']} | {m['seconds']:.0f} | {busy} |")
+    rows.append(f"| whole run | | {report['seconds']:.0f} | {report['busy']}% |")
+    slow = sorted(
+        (f for f in report["fixtures"] if f["seconds"] >= SLOW_SECONDS), key=lambda f: -f["seconds"]
+    )
+    rows += ["", "| fixture | of | s | cores busy |", "| --- | --- | ---: | ---: |"]
+    for f in slow[:top]:
+        busy = "-" if f.get("busy") is None else f"{f['busy']}%"
+        name = f["name"] if f["what"] == "setup" else f"teardown after {f['name'].split('::')[-1]}"
+        rows.append(f"| {f['what']} `{name}` | `{f['module']}` | {f['seconds']:.0f} | {busy} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(markdown(json.loads(Path(sys.argv[1]).read_text())))

@@ -30,7 +30,8 @@ from gridloop.bundle import bundling
 from gridloop.fleet import GPU_TOLERATION
 from gridloop.local import building, cluster, kube, simulated_nodes
 
-pytestmark = pytest.mark.cluster
+# a kwok-only cluster of its own: no container node, and not the shared cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
 BASE_PORT = 28900
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
