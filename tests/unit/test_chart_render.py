@@ -1085,7 +1085,9 @@ def test_notes_warn_that_nothing_scrapes_only_when_nothing_does(
     assert "monitoring.scrapedBy names nothing else: nothing scrapes the DCGM exporter" in warning
 
     # the local profile's own Prometheus scrapes the exporters: said, not warned about
-    text = notes(EVERYTHING, PROFILES / "local.yaml")
+    # (its monitoring values alone: the whole profile wants the bundle's upstream parts)
+    local = yaml.safe_load((PROFILES / "local.yaml").read_text())["monitoring"]
+    text = notes(EVERYTHING, values_file(tmp_path, {"monitoring": local}))
     assert "nothing scrapes" not in text
     assert (
         "Monitoring objects are off (monitoring.enabled=false): the local cluster's own "
