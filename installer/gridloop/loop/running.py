@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -57,6 +58,32 @@ from gridloop.loop.trajectories import (
 ROUTER_SERVICE = "sandbox-router-svc"
 ROUTER_PORT = 8080
 MODEL_PORT = 8000
+
+
+# agent-sandbox v0.2.1's claim controller adopts a warm-pool pod by clearing its owner,
+# and the Sandbox controller sets the new owner only on its next reconcile: a second claim
+# made in between adopts the same pod (both Sandboxes then name it), and when the first
+# is released its pod goes, leaving the second on a pod that no longer exists (the
+# router answers 502; a claim waits for a Ready that never comes: the loop's failures of
+# 2026-12-03 and 2026-12-04, kubernetes-sigs/agent-sandbox#1513). The loop's own claims
+# are therefore made one at a time: the next claim is created only once the one before
+# is Ready, when its pod has its new owner and no other claim takes it.
+_CLAIMING = threading.Lock()
+
+
+class OneClaimAtATime(AbstractContextManager[Any]):
+    """A sandbox client whose claim is made only when no other claim of this process is
+    waiting to be served; using the sandbox afterwards is not serialised."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def __enter__(self) -> Any:
+        with _CLAIMING:
+            return self.client.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.client.__exit__(*exc)
 
 
 @dataclass(frozen=True)
@@ -164,14 +191,15 @@ class Cluster:
 
         def claim() -> AbstractContextManager[Sandbox]:
             # 60 s: a claim is served in seconds here, warm or cold; one that is not by
-            # then waits on a sandbox that will not come (agent-sandbox v0.2.1 can bind a
-            # claim to a warm-pool pod that is going away: kubernetes-sigs/agent-sandbox
-            # #1513), so the agent gives it up and claims again
-            return SandboxClient(  # type: ignore[no-any-return]
-                template_name=s.template,
-                namespace=s.sandbox_namespace,
-                api_url=url,
-                sandbox_ready_timeout=60,
+            # then waits on a sandbox that will not come, so the agent gives it up and
+            # claims again
+            return OneClaimAtATime(
+                SandboxClient(
+                    template_name=s.template,
+                    namespace=s.sandbox_namespace,
+                    api_url=url,
+                    sandbox_ready_timeout=60,
+                )
             )
 
         return claim
