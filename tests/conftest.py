@@ -63,8 +63,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that stop and restart the shared cluster run after all the others."""
-    items.sort(key=lambda item: item.get_closest_marker("restarts_cluster") is not None)
+    """Tests that stop and restart the shared cluster run after all the others; before
+    them, one after the other, the modules that share one install of the chart
+    (`kueue_platform`, tests/cluster/conftest.py), so it is installed once."""
+
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        restarts = item.get_closest_marker("restarts_cluster") is not None
+        return restarts, "kueue_platform" in getattr(item, "fixturenames", ())
+
+    items.sort(key=order)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from fleet_reset import fault_free, put_back
-from platform_install import HEALTH_OFF, Installed, installed_platform
+from platform_install import SHARED, Installed, SharedPlatform
 
 from gridloop.health.observed import TAINT_KEY
 from gridloop.health.service import HealthService
+
+SHARED_FIXTURE = "kueue_platform"
 
 
 @pytest.fixture
@@ -53,14 +55,28 @@ def settle(eventually) -> Callable[[HealthService], None]:
     return wait
 
 
+@pytest.fixture(scope="session")
+def shared_platform(local_cluster) -> Iterator[SharedPlatform]:
+    """The shared install's keeper: closed before the cluster stops."""
+    yield SHARED
+    SHARED.close()
+
+
 @pytest.fixture(scope="module")
-def kueue_platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
-    """The bundle installed for the module with the local profile: Kueue, KubeRay and
-    agent-sandbox as the chart's pods. Its health service is off: these modules drive
-    their own, and a second one would act on the faults they inject."""
-    work = tmp_path_factory.mktemp("platform")
-    with installed_platform(local_cluster, work, HEALTH_OFF) as installed:
-        yield installed
+def kueue_platform(shared_platform, local_cluster, tmp_path_factory) -> Installed:
+    """The bundle installed with the local profile: Kueue, KubeRay and agent-sandbox as the
+    chart's pods. Its health service is off: these modules drive their own, and a second
+    one would act on the faults they inject. One install serves every module that asks for
+    it (they run one after the other: tests/conftest.py orders them)."""
+    return shared_platform.get(local_cluster, tmp_path_factory.mktemp("platform"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any test that does not use the shared install (its module may install the
+    chart its own way), that install is removed."""
+    if SHARED_FIXTURE not in getattr(item, "fixturenames", ()):
+        SHARED.close()
 
 
 @pytest.fixture

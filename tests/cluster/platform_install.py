@@ -6,6 +6,8 @@ the health service, as real pods on the container node (the local profile).
 uninstalls it and deletes the namespaces uninstall keeps, so the next module's install
 finds every name free. Modules that drive their own in-process health service install
 it with `health.enabled=false`, so no second service acts on the faults they inject.
+Those that need nothing else of it share one such install (`SharedPlatform`): the
+conftests run them one after the other and uninstall it before any other test.
 """
 
 from __future__ import annotations
@@ -153,3 +155,29 @@ def remove_kept_namespaces(core: client.CoreV1Api, kept: tuple[str, ...] = KEPT_
         if not present & set(kept):
             return
         time.sleep(0.5)
+
+
+class SharedPlatform:
+    """One `HEALTH_OFF` install kept across the modules that ask for it (`kueue_platform`):
+    installed for the first, uninstalled (`close`) before the first test that does not
+    use it, and at the end of the run. Installing it took 26 to 30 s a module, and its
+    uninstall about 10 s (docs/local-cluster.md)."""
+
+    def __init__(self) -> None:
+        self._open: Any = None
+        self.installed: Installed | None = None
+
+    def get(self, local_cluster, work: Path) -> Installed:
+        if self.installed is None:
+            opened = installed_platform(local_cluster, work, HEALTH_OFF)
+            self.installed = opened.__enter__()
+            self._open = opened
+        return self.installed
+
+    def close(self) -> None:
+        opened, self._open, self.installed = self._open, None, None
+        if opened is not None:
+            opened.__exit__(None, None, None)
+
+
+SHARED = SharedPlatform()

@@ -28,7 +28,7 @@ import pytest
 from container_pods import pod_spec
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from platform_install import HEALTH_OFF, Installed, installed_platform
+from platform_install import Installed
 
 from examples import example
 from gridloop.fleet import CONTAINER_NODE_LABEL
@@ -66,10 +66,9 @@ def probe_command(host: str, port: int, seconds: float = 3) -> str:
 
 
 @pytest.fixture(scope="module")
-def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
-    work = tmp_path_factory.mktemp("sandboxes")
-    with installed_platform(local_cluster, work, HEALTH_OFF) as done:
-        yield done
+def platform(kueue_platform) -> Installed:
+    """The shared `health.enabled=false` install (tests/cluster/conftest.py)."""
+    return kueue_platform
 
 
 @pytest.fixture(scope="module")
