@@ -114,7 +114,8 @@ def _lanes(work: Path, argv: list[str]) -> tuple[list[int], list[dict[str, Any]]
     kwok_env = _env(work, kwok.name, kwok.env)
     with log.open("w") as out:
         side = subprocess.Popen(
-            _pytest(work, kwok.name, ["-m", kwok.marks, *argv]),
+            # its own cache folder: two runs writing .pytest_cache at once could tear a file
+            _pytest(work, kwok.name, ["-m", kwok.marks, "-o", f"cache_dir={work}/cache", *argv]),
             env=kwok_env,
             stdout=out,
             stderr=subprocess.STDOUT,
