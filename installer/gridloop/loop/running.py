@@ -62,12 +62,14 @@ MODEL_PORT = 8000
 
 # agent-sandbox v0.2.1's claim controller adopts a warm-pool pod by clearing its owner,
 # and the Sandbox controller sets the new owner only on its next reconcile: a second claim
-# made in between adopts the same pod (both Sandboxes then name it), and when the first
-# is released its pod goes, leaving the second on a pod that no longer exists (the
-# router answers 502; a claim waits for a Ready that never comes: the loop's failures of
-# 2026-12-03 and 2026-12-04, kubernetes-sigs/agent-sandbox#1513). The loop's own claims
-# are therefore made one at a time: the next claim is created only once the one before
-# is Ready, when its pod has its new owner and no other claim takes it.
+# made in between can adopt the same pod (both Sandboxes then name it), and when the first
+# is released its pod goes, leaving the second on a pod that no longer exists (read from
+# its source, extensions/controllers/sandboxclaim_controller.go; it fits what the loop
+# saw on 2026-12-03 and 2026-12-04, a 502 from the router and then a claim never Ready,
+# but was not reproduced on purpose; upstream kubernetes-sigs/agent-sandbox#1513 is
+# about claims bound to such pods). The loop's own claims are therefore made one at a
+# time: the next is created only once the one before is Ready, when its pod has its new
+# owner and no other claim takes it.
 _CLAIMING = threading.Lock()
 
 
