@@ -64,15 +64,20 @@ class CpuSampler:
 
 @dataclass
 class Span:
+    """One module's time: the sum of its tests' setup, call and teardown (a module the
+    run splits, as the shared install's ordering may, is not charged for what ran
+    between its parts)."""
+
     name: str
     start: float
     end: float
     tests: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+    intervals: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
-        return self.end - self.start
+        return sum(b - a for a, b in self.intervals)
 
 
 class SuiteTiming:
@@ -97,6 +102,7 @@ class SuiteTiming:
         span = self.modules.setdefault(module, Span(module, start, start))
         yield
         span.end = time.monotonic()
+        span.intervals.append((start, span.end))
         span.tests += 1
 
     @pytest.hookimpl
@@ -171,6 +177,15 @@ class SuiteTiming:
         write(f"{report['seconds']:>8.0f} {'-' if total is None else f'{total}%':>10}  whole run")
 
     # -- the figures -------------------------------------------------------------------
+    def _busy(self, intervals: list[tuple[float, float]]) -> float | None:
+        """The busy share over these intervals, weighted by their length."""
+        weighted = total = 0.0
+        for a, b in intervals:
+            share = self.cpu.busy_between(a, b) if b - a >= SAMPLE_SECONDS else None
+            if share is not None:
+                weighted, total = weighted + share * (b - a), total + (b - a)
+        return weighted / total if total else None
+
     def report(self, end: float) -> dict[str, Any]:
         modules = sorted(self.modules.values(), key=lambda s: -s.seconds)
         return {
@@ -182,7 +197,7 @@ class SuiteTiming:
                     "seconds": round(s.seconds, 1),
                     "tests": s.tests,
                     "outcomes": s.outcomes,
-                    "busy": _percent(self.cpu.busy_between(s.start, s.end)),
+                    "busy": _percent(self._busy(s.intervals)),
                     "start": round(s.start - self.begin, 1),
                 }
                 for s in modules
