@@ -72,7 +72,6 @@ class Span:
     start: float
     end: float
     tests: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
     intervals: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -108,10 +107,6 @@ class SuiteTiming:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = report.nodeid.split("::", 1)[0]
-        span = self.modules.get(module)
-        counted = report.when == "call" or (report.when == "setup" and report.outcome != "passed")
-        if counted and span is not None:
-            span.outcomes[report.outcome] = span.outcomes.get(report.outcome, 0) + 1
         if report.when == "teardown" and report.duration >= SLOW_SECONDS:
             self.fixtures.append(
                 {
@@ -149,10 +144,9 @@ class SuiteTiming:
         end = time.monotonic()
         report = self.report(end)
         stats = terminalreporter.stats
+        # what pytest's own closing line counts
         report["counts"] = {
-            key: len([r for r in stats.get(key, []) if getattr(r, "when", "call") != "teardown"])
-            if key != "error"
-            else len(stats.get(key, []))
+            key: len(stats.get(key, []))
             for key in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
         }
         setups = [f["seconds"] for f in self.fixtures if f["name"] == "local_cluster"]
@@ -196,7 +190,6 @@ class SuiteTiming:
                     "module": s.name,
                     "seconds": round(s.seconds, 1),
                     "tests": s.tests,
-                    "outcomes": s.outcomes,
                     "busy": _percent(self._busy(s.intervals)),
                     "start": round(s.start - self.begin, 1),
                 }

@@ -68,7 +68,7 @@ def kueue_platform(shared_platform, local_cluster, tmp_path_factory) -> Installe
     chart's pods. Its health service is off: these modules drive their own, and a second
     one would act on the faults they inject. One install serves every module that asks for
     it (they run one after the other: tests/conftest.py orders them)."""
-    return shared_platform.get(local_cluster, tmp_path_factory.mktemp("platform"))
+    return shared_platform.get(local_cluster, lambda: tmp_path_factory.mktemp("platform"))
 
 
 @pytest.hookimpl(tryfirst=True)

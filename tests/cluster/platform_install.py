@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,9 +167,10 @@ class SharedPlatform:
         self._open: Any = None
         self.installed: Installed | None = None
 
-    def get(self, local_cluster, work: Path) -> Installed:
+    def get(self, local_cluster, work: Callable[[], Path]) -> Installed:
+        """The install, made now (in the folder `work()` gives) unless it stands."""
         if self.installed is None:
-            opened = installed_platform(local_cluster, work, HEALTH_OFF)
+            opened = installed_platform(local_cluster, work(), HEALTH_OFF)
             self.installed = opened.__enter__()
             self._open = opened
         return self.installed

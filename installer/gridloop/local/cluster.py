@@ -206,9 +206,9 @@ def up(
     return UpResult(state, False, started, ready, result.created, result.deleted)
 
 
-def push_new_images(state_dir: Path) -> list[str] | None:
+def push_new_images(state_dir: Path) -> str | None:
     """On a running cluster with a registry, push every built image it lacks there (or
-    holds an older build of) and return their references; None when no such cluster runs.
+    holds an older build of) and say which in one line; None when no such cluster runs.
     Its nodes pull from that registry only, so an image built after `up` must go there
     before an install can use it."""
     from gridloop.local.images import pushing
@@ -217,13 +217,8 @@ def push_new_images(state_dir: Path) -> list[str] | None:
     if state is None or not fully_running(state) or REGISTRY not in state.components:
         return None
     binaries = {name: building.binary(name) for name in pushing.BINARIES}
-    return pushing.push_all(state.ports.registry, binaries)
-
-
-def pushed_line(state_dir: Path, pushed: list[str]) -> str:
-    state = load(state_dir)
-    port = state.ports.registry if state else "?"
-    where = f"the local cluster's registry (127.0.0.1:{port})"
+    pushed = pushing.push_all(state.ports.registry, binaries)
+    where = f"the local cluster's registry (127.0.0.1:{state.ports.registry})"
     if pushed:
         return f"images: pushed to {where}: {', '.join(pushed)}"
     return f"images: {where} already holds every built image"

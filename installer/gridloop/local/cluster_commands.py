@@ -120,9 +120,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             f"already running: {res.state.server} ({len(res.state.processes)} processes, "
             f"fleet {res.state.fleet_name}, state {state_dir})"
         )
-        pushed = cluster.push_new_images(state_dir)  # images built since it started
-        if pushed is not None:
-            print(cluster.pushed_line(state_dir, pushed))
+        if said := cluster.push_new_images(state_dir):  # images built since it started
+            print(said)
         return 0
     print(
         f"cluster up in {time.monotonic() - t0:.1f}s: control plane {res.started_seconds:.1f}s, "

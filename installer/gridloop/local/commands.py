@@ -109,14 +109,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                 print(f"  ✓ {one.ref:<62} {state} in {one.seconds:.1f}s", flush=True)
     finally:
         pool.shutdown(wait=True)
-    _push_to_running(args.state_dir or paths.state_root())
-    print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
-    return 0
-
-
-def _push_to_running(state_dir: Path) -> None:
     from gridloop.local import cluster
 
-    pushed = cluster.push_new_images(state_dir)
-    if pushed is not None:
-        print(cluster.pushed_line(state_dir, pushed), flush=True)
+    if said := cluster.push_new_images(args.state_dir or paths.state_root()):
+        print(said, flush=True)
+    print(f"done in {time.monotonic() - printer.start:.1f}s", file=sys.stderr)
+    return 0
