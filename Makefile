@@ -59,6 +59,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # every test: unit tests, those that run the built binaries, and cluster tests (the latter
 # start their own local cluster). The inference tests serve a model with the heavy vLLM
@@ -78,4 +79,4 @@ bench: build
 	$(BIN)/python bench/bench_health.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache .grimp_cache

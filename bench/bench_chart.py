@@ -36,9 +36,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from gridloop import versions
+from gridloop import kube, versions
 from gridloop.bundle import bundling
-from gridloop.local import building, cluster, kube
+from gridloop.local import building, cluster
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_PORT = 28900  # below the ephemeral port range; the other benches use 28400, 28500

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from gridloop.local import building, cluster, paths
+from gridloop import paths
+from gridloop.local import building, cluster
 from gridloop.local.images import gridloop_image, pushing, registry
 
 REPO = Path(__file__).resolve().parents[1]

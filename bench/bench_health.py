@@ -76,12 +76,12 @@ import yaml
 from kubernetes import client, watch
 from prometheus_api_client import PrometheusConnect
 
-from gridloop import versions
+from gridloop import kube, versions
 from gridloop.fleet import dump_fleet, generate_fleet, load_fleet, planned_nodes
 from gridloop.health.listing import GPU_NODES
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
 from gridloop.health.plan import limit
-from gridloop.local import cluster, flags, kube
+from gridloop.local import cluster, flags
 from gridloop.local.state import State
 from gridloop.sim.faults import FaultSet
 from gridloop.sim.injections import Injection

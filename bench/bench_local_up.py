@@ -28,9 +28,9 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from gridloop import versions
+from gridloop import kube, versions
 from gridloop.fleet import dump_fleet, generate_fleet, load_fleet, node_manifest, planned_nodes
-from gridloop.local import cluster, kube, simulated_nodes
+from gridloop.local import cluster, simulated_nodes
 from gridloop.local.state import State
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,7 +54,8 @@ from botocore.config import Config
 from kubernetes import client
 from kubernetes.stream import stream
 
-from gridloop.local import kube, object_store
+from gridloop import kube
+from gridloop.local import object_store
 from gridloop.local.building import binary
 from gridloop.local.state import load
 

@@ -46,9 +46,9 @@ import yaml
 from kubernetes import client
 from prometheus_api_client import PrometheusConnect
 
-from gridloop import versions
+from gridloop import kube, versions
 from gridloop.health.observed import TAINT_KEY
-from gridloop.local import cluster, flags, kube
+from gridloop.local import cluster, flags
 from gridloop.local.state import State
 
 REPO = Path(__file__).resolve().parents[1]

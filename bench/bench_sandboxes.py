@@ -42,8 +42,8 @@ from typing import Any
 
 from kubernetes import client
 
+from gridloop import kube
 from gridloop.fleet import CONTAINER_NODE_LABEL
-from gridloop.local import kube
 from gridloop.local.images import python_images
 from gridloop.local.state import load
 

@@ -234,8 +234,9 @@ def main() -> None:
         return
     from kubernetes import client
 
+    from gridloop import kube
     from gridloop.fleet import dump_fleet, generate_fleet
-    from gridloop.local import cluster, kube
+    from gridloop.local import cluster
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_health import _set_scrape_interval

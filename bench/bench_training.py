@@ -35,11 +35,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gridloop.local import kube
+from gridloop import kube
 from gridloop.local.state import load
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "cluster"))
+# ray_jobs, and the tests' examples helper it names the example through
+sys.path[:0] = [str(REPO / "tests" / "cluster"), str(REPO / "tests")]
 import ray_jobs  # noqa: E402
 
 TEAM = ray_jobs.TEAM_NAMESPACE

@@ -34,8 +34,9 @@ import yaml
 from kubernetes import client
 
 from examples import example
+from gridloop import kube
 from gridloop.errors import BuildError
-from gridloop.local import building, cluster, kube
+from gridloop.local import building, cluster
 from gridloop.local.container import starting as container
 from gridloop.local.state import State, load
 from suite_timing import SuiteTiming

@@ -261,7 +261,7 @@ def test_containerd_takes_the_mirrored_registries_from_the_local_one(local_clust
 
 
 def _api_for(kubeconfig) -> client.ApiClient:
-    from gridloop.local import kube
+    from gridloop import kube
 
     return kube.api_client(kubeconfig)
 

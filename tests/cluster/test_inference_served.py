@@ -95,8 +95,8 @@ def serving(local_cluster, pushed, tmp_path_factory):
         yield installed
 
 
-def service_url(local_cluster) -> str:
-    svc = local_cluster.core.read_namespaced_service(MODEL, NAMESPACE)
+def service_url(local_cluster, namespace: str = NAMESPACE) -> str:
+    svc = local_cluster.core.read_namespaced_service(MODEL, namespace)
     return f"http://{svc.spec.cluster_ip}:8000"
 
 
@@ -114,9 +114,9 @@ def served_root(url: str) -> str:
     return str(model["root"])
 
 
-def model_pods(local_cluster) -> list:
+def model_pods(local_cluster, namespace: str = NAMESPACE) -> list:
     pods = local_cluster.core.list_namespaced_pod(
-        NAMESPACE, label_selector=f"gridloop.io/model={MODEL}"
+        namespace, label_selector=f"gridloop.io/model={MODEL}"
     ).items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
@@ -136,12 +136,16 @@ def test_the_model_streams_from_the_object_store_and_answers_completions(local_c
 
 
 def test_the_openai_client_gets_a_completion_and_a_chat_completion(local_cluster, serving):
+    openai_answers(service_url(local_cluster))
+
+
+def openai_answers(url: str) -> None:
     """What most clients and agents call: OpenAI's own Python client, through the model's
     Service. Chat renders the chat template `gridloop models make` writes (without one,
     vLLM answers 400: transformers has no default template)."""
     from openai import OpenAI
 
-    ai = OpenAI(base_url=f"{service_url(local_cluster)}/v1", api_key="unused", max_retries=0)
+    ai = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     done = ai.completions.create(model=MODEL, prompt="the model", max_tokens=8)
     assert done.usage is not None and done.usage.completion_tokens == 8
     assert done.choices[0].text

@@ -26,9 +26,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from gridloop import kube
 from gridloop.bundle import bundling
 from gridloop.fleet import GPU_TOLERATION
-from gridloop.local import building, cluster, kube, simulated_nodes
+from gridloop.local import building, cluster, simulated_nodes
 
 # a kwok-only cluster of its own: no container node, and not the shared cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]

@@ -7,15 +7,16 @@ import os
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
+import registry_images
 from kubernetes import client
 
-from gridloop.local import cluster, kube, processes
-from gridloop.local.flags import LOOPBACK, Ports
-from gridloop.local.images import registry, table
+from gridloop import kube
+from gridloop.local import cluster, processes
+from gridloop.local.flags import Ports
+from gridloop.local.images import table
 
 pytestmark = pytest.mark.cluster
 
@@ -78,18 +79,7 @@ def test_an_image_the_registry_lacks_is_pushed_by_a_build_while_the_cluster_runs
     cluster's registry (as if built after `up`), and a build puts it back there."""
     port = local_cluster.state.ports.registry
     ref = table.busybox_ref()
-    host, rest = ref.split("/", 1)
-    repository, tag = rest.rsplit(":", 1)
-    manifest = f"http://{LOOPBACK}:{port}/v2/{host}/{repository}/manifests"
-    head = urllib.request.Request(
-        f"{manifest}/{tag}", method="HEAD", headers={"Accept": registry.MANIFEST_TYPES}
-    )
-    with urllib.request.urlopen(head, timeout=5) as found:
-        digest = found.headers["Docker-Content-Digest"]
-    urllib.request.urlopen(
-        urllib.request.Request(f"{manifest}/{digest}", method="DELETE"), timeout=5
-    ).close()
-    assert not registry.has(port, host, repository, tag)
+    registry_images.forget(port, ref)
     try:
         built = gridloop("local", "build", "images", "--state-dir", str(local_cluster.state.dir))
 
@@ -97,7 +87,7 @@ def test_an_image_the_registry_lacks_is_pushed_by_a_build_while_the_cluster_runs
         [line] = [x for x in built.stdout.splitlines() if x.startswith("images: pushed to")]
         assert line.startswith(f"images: pushed to the local cluster's registry (127.0.0.1:{port})")
         assert ref in line
-        assert registry.has(port, host, repository, tag)
+        assert registry_images.holds(port, ref)
     finally:
         cluster.push_new_images(local_cluster.state.dir)  # never leave the registry without it
 

@@ -25,7 +25,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kueue_scenario import GPU, GROUP, VERSION, gpu_job
 
-from gridloop.local import cluster, kube, processes
+from gridloop import kube
+from gridloop.local import cluster, processes
 from gridloop.local.flags import Ports
 from gridloop.local.state import load
 

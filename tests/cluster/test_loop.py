@@ -25,18 +25,22 @@ from pathlib import Path
 
 import pytest
 import ray_jobs
+import registry_images
 from health_pods import clear_faults, gpu_quota, inject, settle, tainted
+from kubernetes.client.rest import ApiException
 from platform_install import (
     GRIDLOOP,
-    NAMESPACE,
-    RELEASE,
+    KEPT_NAMESPACES,
     Installed,
-    installed_platform,
+    cluster_fleet,
     remove_kept_namespaces,
 )
-from test_inference_served import EXAMPLE, Load, model_pods, served_root, service_url
+from test_inference_served import Load, model_pods, openai_answers, served_root, service_url
 
-from gridloop.local import object_store
+from doc_blocks import doc_block, substituted
+from examples import EXAMPLES
+from gridloop.local import cluster, object_store
+from gridloop.local.images import locked_images
 from gridloop.loop.build_tasks import LETTERS, make_suite
 from gridloop.loop.store import Store
 from gridloop.loop.trajectories import Attempt, collect_key, collect_prefix, evaluate_prefix
@@ -50,42 +54,107 @@ ARGS = (
     "--run", RUN, "--iterations", "1", "--tasks", str(TASKS), "--seed", str(SEED),
     "--train-tasks", str(TRAIN_TASKS), "--heldout-tasks", str(HELDOUT_TASKS),
     "--attempts", "3", "--eval-attempts", "2", "--workers", "2", "--epochs", "4",
-    "--namespace", NAMESPACE, "--release", RELEASE, "--timeout", "900",
+    "--timeout", "900",
 )  # fmt: skip
 TEAM = ray_jobs.TEAM_NAMESPACE
 JOB = f"loop-{RUN}-1"
 FAULTY = ("us-east-h100-006", "us-east-h100")
 
 
+# the README's path after `make demo`, taken from the Markdown: its model block (the vLLM
+# CPU image built on the running cluster, the tiny model made and pushed, the release
+# installed with the example's model), then docs/loop.md's steps (the trainer image
+# built the same way) but its benchmark-length `loop run`: the tests run a short one
+README_MODEL = doc_block("README.md", "A model served from object storage")
+LOOP_STEPS = doc_block("docs/loop.md", "Run it")
+BENCHMARK_RUN = (
+    "gridloop loop run --run bench-1 --iterations 3 --tasks 160 --attempts 3 --out /tmp/loop"
+)
+# where a user's install goes (no --release, no --namespace: the chart's defaults)
+USER_NAMESPACE, USER_RELEASE = "gridloop-system", "gridloop"
+HEAVY = {image.name: image.ref() for image in locked_images.IMAGES}
+
+
 @pytest.fixture(scope="module")
 def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
-    """The bundle with the local profile (sandboxes, Kueue, KubeRay, the health service)
-    and the example's model, revision r1 of the tiny model in the store."""
+    """The README's walk on the running cluster: the vLLM CPU and trainer images taken
+    out of its registry first (as if built after `up`), so only the walk's builds can put
+    them back; run in a folder of the user's with the repository's examples, `gridloop
+    local env` finding the suite's cluster."""
     work = tmp_path_factory.mktemp("loop")
-    env = store_env(local_cluster)
-    for args in (
-        ("models", "make", str(work / "r1"), "--size", "tiny", "--seed", "1"),
-        ("models", "push", str(work / "r1"), "s3://models/tiny/r1/"),
-    ):
-        done = subprocess.run([GRIDLOOP, *args], capture_output=True, text=True, env=env)
-        assert done.returncode == 0, done.stderr
+    (work / "examples").symlink_to(EXAMPLES)
+    bin_dir = str(Path(GRIDLOOP).parent)
+    tiny = str(work / "tiny")
+    script = "\n".join(
+        (
+            f"{bin_dir}/gridloop bundle --skip kaito",  # as `make demo` left ./dist
+            substituted(README_MODEL, {".venv/bin/": f"{bin_dir}/", "/tmp/tiny": tiny}),
+            substituted(LOOP_STEPS, {"/tmp/tiny": tiny, BENCHMARK_RUN: ":"}),
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG" and not k.startswith("AWS_")}
+    env |= {"GRIDLOOP_STATE": str(local_cluster.state.dir), "PATH": f"{bin_dir}:{env['PATH']}"}
+    for key in ("CACHE", "CONFIG", "DATA"):  # helm's homes of this walk's own
+        env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
+    port = local_cluster.state.ports.registry
+    for ref in (HEAVY["vllm-cpu"], HEAVY["trainer"]):
+        registry_images.forget(port, ref)
     clear_faults(local_cluster)
     settle(local_cluster)
-    remove_kept_namespaces(local_cluster.core)
-    local_cluster.core.create_namespace({"metadata": {"name": NAMESPACE}})
-    local_cluster.core.create_namespaced_secret(
-        NAMESPACE, object_store.secret_object(local_cluster.state.dir, NAMESPACE)
-    )
+    ensure_release_namespace(local_cluster)
+    installed = Installed(
+        work / "dist" / "gridloop", cluster_fleet(local_cluster), work,
+        {**env, "KUBECONFIG": str(local_cluster.kubeconfig)}, "",
+    )  # fmt: skip
     try:
-        with installed_platform(local_cluster, work, (), (EXAMPLE,), timeout="10m") as done:
-            try:
-                yield done
-            finally:
-                # while KubeRay runs: its finalizer would hold the team's namespace
-                for job in loop_jobs(local_cluster):
-                    ray_jobs.delete_rayjob(local_cluster.api, TEAM, job)
+        walked = subprocess.run(
+            ["bash", "-euxo", "pipefail", "-c", script],
+            cwd=work, env=env, capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        said = walked.stdout + walked.stderr
+        assert walked.returncode == 0, said[-6000:]
+        for ref in (HEAVY["vllm-cpu"], HEAVY["trainer"]):
+            assert registry_images.holds(port, ref), f"{ref} not pushed by the walk:\n{said}"
+        pushes = [x for x in said.splitlines() if x.startswith("images: pushed to")]
+        assert any(HEAVY["vllm-cpu"] in x for x in pushes), said[-6000:]
+        assert any(HEAVY["trainer"] in x for x in pushes), said[-6000:]
+        yield replace(installed, install_output=said)
     finally:
-        clear_faults(local_cluster)
+        try:
+            # while KubeRay runs: its finalizer would hold the team's namespace
+            for job in loop_jobs(local_cluster):
+                ray_jobs.delete_rayjob(local_cluster.api, TEAM, job)
+            gone = installed.gridloop(
+                "uninstall", "--release", USER_RELEASE, "--namespace", USER_NAMESPACE
+            )
+            assert gone.returncode == 0, gone.stdout + gone.stderr
+            # not the release namespace: `local up` made it, with the ServiceAccount whose
+            # token Prometheus scrapes Kueue with (deleting it stops that scrape)
+            remove_kept_namespaces(local_cluster.core, KEPT_NAMESPACES[1:])
+        finally:
+            clear_faults(local_cluster)
+            # never leave the registry without them
+            cluster.push_new_images(local_cluster.state.dir)
+
+
+def served_models(local_cluster) -> list[str]:
+    pods = model_pods(local_cluster, USER_NAMESPACE)
+    return [p.metadata.labels["gridloop.io/model"] for p in pods]
+
+
+def ensure_release_namespace(local_cluster) -> None:
+    """The namespace `gridloop install` defaults to, with the store's keys Secret `local up`
+    writes there (a guard: no module deletes them)."""
+    core = local_cluster.core
+    if USER_NAMESPACE not in {n.metadata.name for n in core.list_namespace().items}:
+        core.create_namespace({"metadata": {"name": USER_NAMESPACE}})
+    secret = object_store.secret_object(local_cluster.state.dir, USER_NAMESPACE)
+    try:
+        core.read_namespaced_secret(secret["metadata"]["name"], USER_NAMESPACE)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        core.create_namespaced_secret(USER_NAMESPACE, secret)
 
 
 def loop_jobs(local_cluster) -> list[str]:
@@ -103,12 +172,13 @@ def store_env(local_cluster) -> dict[str, str]:
 
 
 def loop_run(platform: Installed, local_cluster, *extra: str) -> subprocess.Popen[str]:
+    """`gridloop loop run` as docs/loop.md runs it: in the walk's folder (its ./dist chart),
+    the walk's release, KUBECONFIG and the store's keys from the environment."""
     env = {**store_env(local_cluster), **platform.env}
-    args = [GRIDLOOP, "loop", "run", *ARGS, "--chart", str(platform.chart)]
-    args += ["--kubeconfig", platform.env["KUBECONFIG"], *extra]
     return subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
-    )
+        [GRIDLOOP, "loop", "run", *ARGS, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=platform.work,
+    )  # fmt: skip
 
 
 def seeded_attempt(task, split: str, revision: str, line: str) -> Attempt:
@@ -139,6 +209,11 @@ def test_a_missing_bucket_is_named_and_nothing_runs(platform, local_cluster) -> 
     assert "collect" not in out
 
 
+def test_the_walks_model_answers_the_openai_client_completion_and_chat(platform, local_cluster):
+    """The README's model, served by the README's commands, as OpenAI's client calls it."""
+    openai_answers(service_url(local_cluster, USER_NAMESPACE))
+
+
 def test_a_failed_training_stops_the_iteration_then_a_rerun_closes_the_loop(
     platform, local_cluster, eventually, tmp_path: Path
 ) -> None:
@@ -146,7 +221,7 @@ def test_a_failed_training_stops_the_iteration_then_a_rerun_closes_the_loop(
     train = suite.train[:TRAIN_TASKS]
     heldout_ids = {t.id for t in suite.heldout}
     loop = store(local_cluster)
-    url = service_url(local_cluster)
+    url = service_url(local_cluster, USER_NAMESPACE)
     assert served_root(url) == "s3://models/tiny/r1/"
 
     # 1. every train task's attempts stored beforehand, all failing: nothing to learn from
@@ -212,7 +287,7 @@ def test_a_failed_training_stops_the_iteration_then_a_rerun_closes_the_loop(
         assert served == f"s3://models/tiny/{RUN}-1/"
     else:
         assert served == "s3://models/tiny/r1/" and "under the margin" in record["reason"]
-    assert [p.metadata.labels["gridloop.io/model"] for p in model_pods(local_cluster)] == ["tiny"]
+    assert served_models(local_cluster) == ["tiny"]
     assert load.failures == [], load.failures[:5]
     assert load.sent > 0
     for name in ("summary.md", "summary.json", "heldout.png"):
@@ -226,7 +301,7 @@ def test_a_revision_whose_weights_do_not_load_stops_at_the_candidate_and_nothing
     """The next revision is in the store already (training.json there, so no RayJob) but
     its weights are not a model: its candidate server never becomes ready."""
     run, suite = f"{RUN}-bad", make_suite(TASKS, SEED)
-    url = service_url(local_cluster)
+    url = service_url(local_cluster, USER_NAMESPACE)
     served = served_root(url)
     loop, models = store(local_cluster), store(local_cluster, "models")
     revision = served.rstrip("/").rsplit("/", 1)[1]
@@ -258,6 +333,6 @@ def test_a_revision_whose_weights_do_not_load_stops_at_the_candidate_and_nothing
     assert f"tiny still serves {revision}" in out, out
     assert "cleanup: tiny-candidate removed" in out, out
     assert served_root(url) == served
-    assert [p.metadata.labels["gridloop.io/model"] for p in model_pods(local_cluster)] == ["tiny"]
+    assert served_models(local_cluster) == ["tiny"]
     record = loop.get_json(f"{run}/iteration-1/record.json")
     assert record["outcome"] == "stopped" and record["reason"].startswith("candidate:")

@@ -29,7 +29,8 @@ def test_status_starts_without_the_kubernetes_client_textual_or_other_commands()
         "import sys; from gridloop import cli; cli.make_parser('status'); "
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('kubernetes', 'textual', 'prometheus_api_client', 'jinja2') "
-        "or m in ('gridloop.chart.commands', 'gridloop.dashboards.commands'))))"
+        "or m in ('gridloop.chart.preparing', 'gridloop.chart.render_command', "
+        "'gridloop.dashboards.commands'))))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

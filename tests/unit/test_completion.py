@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gridloop import cli
-from gridloop.chart import completion
+from gridloop import cli, completion
 
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 

@@ -17,6 +17,7 @@ from gridloop.fleet import (
     SIMULATED_LABEL,
     ContainerNodes,
     Fleet,
+    iter_planned_nodes,
     load_fleet,
     node_manifest,
     parse_fleet,
@@ -68,7 +69,7 @@ def test_default_fleet_plans_24_uniquely_named_nodes() -> None:
 def test_fleet_iterator_yields_the_same_nodes_as_the_list() -> None:
     fleet = load_fleet(DEFAULT_FLEET)
 
-    assert list(fleet.planned_nodes()) == planned_nodes(fleet)
+    assert list(iter_planned_nodes(fleet)) == planned_nodes(fleet)
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ def test_an_image_reference_splits_into_registry_repository_and_tag(
     image = Image(ref=ref, files={}, entrypoint=())
 
     assert (image.registry, image.repository, image.tag) == parts
+    assert registry.ref_parts(ref) == parts  # how pushes and the registry's reads split it
 
 
 @pytest.mark.parametrize(

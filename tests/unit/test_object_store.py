@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import stat
 
-from gridloop.chart.commands import DEFAULT_NAMESPACE
 from gridloop.local import object_store
 from gridloop.local.flags import Ports
+from gridloop.names import DEFAULT_NAMESPACE
 
 
 def test_the_keys_are_made_once_kept_private_and_never_on_the_command_line(tmp_path):
@@ -31,7 +31,6 @@ def test_it_listens_on_loopback_unless_pods_must_reach_it(tmp_path):
 
 
 def test_the_secret_lands_where_the_chart_installs_and_holds_what_the_streamer_reads(tmp_path):
-    assert object_store.RELEASE_NAMESPACE == DEFAULT_NAMESPACE
     docs = object_store.cluster_objects("10.244.0.1", 26422, DEFAULT_NAMESPACE, tmp_path)
     secret = next(d for d in docs if d["kind"] == "Secret")
     assert secret["metadata"] == {

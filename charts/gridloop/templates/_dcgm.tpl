@@ -5,8 +5,8 @@ refuses.
 */ -}}
 
 {{- /*
-The health service's quarantine taint (gridloop.io/gpu-unhealthy, the TAINT_KEY of
-health/gridloop/health/observed.py; a unit test keeps the two equal), tolerated with any
+The health service's quarantine taint (gridloop.quarantineTaintKey, generated from
+installer/gridloop/names.py), tolerated with any
 effect, NoExecute included (spec.quarantine.noExecute). The health service releases a
 quarantined node only after its GPUs look healthy for spec.release.holdDown, and it sees
 them only through this exporter: an exporter kept off or evicted from quarantined nodes
@@ -15,7 +15,7 @@ replaces must not drop it. The cordon's own taint (node.kubernetes.io/unschedula
 tolerated by every DaemonSet pod already.
 */ -}}
 {{- define "gridloop.dcgmQuarantineToleration" -}}
-key: gridloop.io/gpu-unhealthy
+key: {{ include "gridloop.quarantineTaintKey" . }}
 operator: Exists
 {{- end -}}
 

@@ -1,23 +1,9 @@
 {{/*
 The fleet, as Kueue sees it. `fleet` in values has the fleet file's shape (checked by
 values.schema.json); this file turns it into resource flavors and team quotas. The
-facts behind a GPU model name come from the catalog below, a copy of
-installer/gridloop/fleet/catalog.py that tests/unit/test_chart_render.py keeps equal.
+facts behind a GPU model name come from the catalog in _generated.tpl, generated from
+installer/gridloop/fleet/catalog.py.
 */}}
-
-{{/*
-The GPU catalog: the nvidia.com/gpu.product label GPU Feature Discovery puts on a node
-of each model, and the CPU cores and memory (GiB) of an 8-GPU node of it.
-*/}}
-{{- define "gridloop.gpuCatalog" -}}
-H100-80GB: {product: NVIDIA-H100-80GB-HBM3, cpuCores: 192, memoryGi: 2048}
-H200-141GB: {product: NVIDIA-H200, cpuCores: 192, memoryGi: 2048}
-B200: {product: NVIDIA-B200, cpuCores: 192, memoryGi: 2048}
-A100-80GB: {product: NVIDIA-A100-SXM4-80GB, cpuCores: 96, memoryGi: 1152}
-A100-40GB: {product: NVIDIA-A100-SXM4-40GB, cpuCores: 96, memoryGi: 1152}
-L40S: {product: NVIDIA-L40S, cpuCores: 192, memoryGi: 1536}
-L4: {product: NVIDIA-L4, cpuCores: 192, memoryGi: 768}
-{{- end -}}
 
 {{/*
 Every pool of the fleet as a flavor: the container nodes' CPU pool first (when the fleet

@@ -17,16 +17,6 @@ filesystem is read-only and every writable path is an emptyDir.
 */}}
 
 {{/*
-The taint the health service quarantines a GPU node with: TAINT_KEY in
-health/gridloop/health/observed.py (tests/unit/test_chart_inference.py keeps them
-equal). A model server must never tolerate it: a quarantined GPU serves wrong answers
-or none.
-*/}}
-{{- define "gridloop.quarantineTaintKey" -}}
-gridloop.io/gpu-unhealthy
-{{- end -}}
-
-{{/*
 Where a model's weights are: "<uri>/<revision>/". `uri` is the folder holding the
 model's revisions and `revision` names one of them, so a new revision always names new
 weights and changing `revision` alone rolls the pods onto them. Fails, naming the

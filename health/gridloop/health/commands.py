@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from gridloop import resources
+from gridloop import names, resources
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
 from gridloop.health import status
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
         p.add_argument(
             "--namespace",
-            default="gridloop-system",
+            default=names.DEFAULT_NAMESPACE,
             help="where the status ConfigMap and the Lease live",
         )
         return p
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--config", type=Path, default=DEFAULT_POLICY, help="the health policy file")
     p.add_argument(
         "--exporter-job",
-        default="dcgm-exporter",
+        default=names.EXPORTER_JOB,
         help="Prometheus job of the DCGM exporter targets",
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gridloop import names
+
 # what gridloop writes on a node it quarantines (the record `plan()` reads back)
 ANNOTATION_PREFIX = "health.gridloop.io/"
 QUARANTINED_AT = ANNOTATION_PREFIX + "quarantined-at"
@@ -21,7 +23,7 @@ HEALTHY_SINCE = ANNOTATION_PREFIX + "healthy-since"
 ACKNOWLEDGED = ANNOTATION_PREFIX + "acknowledged-faults"
 QUARANTINED_BY = ANNOTATION_PREFIX + "quarantined-by"
 STATE_LABEL = "gridloop.io/gpu-health"
-TAINT_KEY = "gridloop.io/gpu-unhealthy"
+TAINT_KEY = names.QUARANTINE_TAINT_KEY
 MANAGER = "gridloop-health"
 
 

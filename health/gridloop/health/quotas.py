@@ -32,6 +32,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gridloop.apportion import largest_remainder
 from gridloop.health.capacity import FlavorCapacity
 
 # the limits are policy (policies/health.yaml, validated once); re-exported for callers here
@@ -93,22 +94,6 @@ class CapQuota:
 QuotaAction = SetQuota | HoldQuotas | CapQuota
 
 
-def split(total: int, weights: Sequence[int]) -> list[int]:
-    """`total` split in proportion to `weights` by largest remainder (Hamilton).
-
-    The parts add up to `total` (when any weight is positive); ties go to the
-    earliest weight. With total <= sum(weights) no part exceeds its weight.
-    """
-    whole = sum(weights)
-    if whole <= 0:
-        return [0] * len(weights)
-    parts = [total * w // whole for w in weights]
-    rests = sorted(range(len(weights)), key=lambda i: (-(total * weights[i] % whole), i))
-    for i in rests[: total - sum(parts)]:
-        parts[i] += 1
-    return parts
-
-
 def targets(
     quotas: Sequence[QueueQuota], capacity: Mapping[str, FlavorCapacity]
 ) -> dict[tuple[str, str], int]:
@@ -121,7 +106,7 @@ def targets(
         shared = [q for q in quotas if q.flavor == flavor and q.manual is None]
         manual = sum(q.manual or 0 for q in quotas if q.flavor == flavor)
         weights = [max(0, q.configured) for q in shared]
-        parts = split(min(sum(weights), max(0, cap.healthy - manual)), weights)
+        parts = largest_remainder(min(sum(weights), max(0, cap.healthy - manual)), weights)
         out.update(((q.queue, q.flavor), part) for q, part in zip(shared, parts, strict=True))
     return out
 

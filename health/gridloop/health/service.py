@@ -29,6 +29,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gridloop import names
 from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import status
@@ -137,7 +138,7 @@ class HealthService:
         prom: Any,
         policy: Policy,
         namespace: str,
-        exporter_job: str = "dcgm-exporter",
+        exporter_job: str = names.EXPORTER_JOB,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         log: Log = print,

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gridloop import versions
+from gridloop import paths, versions
 from gridloop.bundle import bundling, charting, manifests
 from gridloop.bundle.sources import SOURCES
-from gridloop.local import paths
 
 STAMP = ".complete"  # written into a bundle folder that has every component
 

@@ -13,8 +13,8 @@ import json
 import time
 from pathlib import Path
 
+from gridloop import paths
 from gridloop.bundle.sources import Source
-from gridloop.local import paths
 from gridloop.versions import Component
 
 STAMP = ".complete"

@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+from gridloop import paths
 from gridloop.bundle import bundling
 from gridloop.bundle.sources import COMPONENTS
-from gridloop.chart import locating
 
-DEFAULT_OUT = locating.BUNDLE_OUT
+DEFAULT_OUT = paths.BUNDLE_OUT
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -24,8 +24,8 @@ import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from gridloop import paths
 from gridloop.errors import BuildError, Unfetchable
-from gridloop.local import paths
 from gridloop.versions import Component
 
 DEFAULT_PROXY = "https://proxy.golang.org"

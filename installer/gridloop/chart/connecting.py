@@ -3,23 +3,17 @@
 The same target goes to the Kubernetes Python client (doctor's reads, the readiness
 wait, uninstall's checks), to kubectl (`--context`) and to helm (`--kube-context`), so
 all three talk to the same cluster as the same user. The one place in gridloop.chart
-that builds a client; a cluster that cannot be reached is one ClusterError line.
+that builds a client (the raw reads are the ground floor's, gridloop.kube).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 
-from gridloop.errors import ClusterError, UsageError
-
-T = TypeVar("T")
+from gridloop.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -78,58 +72,3 @@ def _contexts(kubeconfig: str) -> str:
     except (config.ConfigException, OSError, ValueError):
         return "none readable"
     return ", ".join(sorted(c["name"] for c in contexts)) or "none"
-
-
-def server(api: client.ApiClient) -> str:
-    return str(api.configuration.host)
-
-
-def reached(api: client.ApiClient, call: Callable[[], T]) -> T:
-    """`call()`, with a server that does not answer turned into one ClusterError line."""
-    try:
-        return call()
-    except (urllib3.exceptions.HTTPError, OSError) as err:
-        reason = getattr(err, "reason", None) or err
-        raise ClusterError(f"cannot reach the cluster at {server(api)}: {reason}") from err
-
-
-def get(api: client.ApiClient, path: str, query: dict[str, str] | None = None) -> Any:
-    """GET `path` as plain JSON (dicts and lists, no model classes)."""
-    return reached(
-        api,
-        lambda: api.call_api(
-            path,
-            "GET",
-            query_params=list((query or {}).items()),
-            header_params={"Accept": "application/json"},
-            response_type="object",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-        ),
-    )
-
-
-METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
-
-
-def metadata_list(api: client.ApiClient, path: str) -> list[Any]:
-    """The items at `path` as metadata only (a list of CRDs is megabytes in full)."""
-    found = reached(
-        api,
-        lambda: api.call_api(
-            path,
-            "GET",
-            header_params={"Accept": METADATA_ONLY},
-            response_type="object",
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-        ),
-    )
-    return list(found.get("items") or [])
-
-
-def status_of(err: ApiException) -> str:
-    """An API refusal as a few words: `forbidden`, `not found`, `HTTP 500`."""
-    return {401: "unauthorized", 403: "forbidden", 404: "not found"}.get(
-        err.status, f"HTTP {err.status}"
-    )

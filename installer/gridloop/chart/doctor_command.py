@@ -10,29 +10,29 @@ from typing import TYPE_CHECKING
 import yaml
 from kubernetes import client
 
-from gridloop import versions
+from gridloop import kube, versions
 from gridloop.bundle import bundling
 from gridloop.chart import (
     checks,
-    commands,
     connecting,
     doctoring,
     exits,
     local_fleet,
     planning,
+    preparing,
 )
-from gridloop.chart.commands import Prepared
 from gridloop.chart.diagnosis import Check, Status
+from gridloop.chart.preparing import Prepared
 
 if TYPE_CHECKING:
-    from gridloop.chart.commands import Sub
+    from gridloop.chart.preparing import Sub
 
 MARKS = {Status.PASS: "✓", Status.WARN: "!", Status.FAIL: "✗"}
 PINNED = ("kueue", "kuberay", "kaito")
 
 
 def register(sub: Sub) -> None:
-    p = commands.cluster_command(
+    p = preparing.cluster_command(
         sub,
         "doctor",
         "check a cluster before installing: version, permissions, GPU nodes, clashes",
@@ -43,7 +43,7 @@ def register(sub: Sub) -> None:
         "names already taken, the release and its namespace. Each check passes, warns or "
         "fails with a one-line fix. Changes nothing.",
     )
-    commands.chart_flags(p)
+    preparing.chart_flags(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_doctor)
 
@@ -66,15 +66,15 @@ def diagnose(prepared: Prepared, api: client.ApiClient, kubeconfig: str) -> list
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    req = commands.request(args)
-    where = commands.target(args)
+    req = preparing.request(args)
+    where = preparing.target(args)
     req, _ = local_fleet.with_local_fleet(req, where.kubeconfig)
-    prepared = commands.prepare(req)
+    prepared = preparing.prepare(req)
     api = connecting.api_client(where)
     found = diagnose(prepared, api, where.kubeconfig)
     if args.output == "json":
         report = {
-            "server": connecting.server(api),
+            "server": kube.server(api),
             "context": where.context,
             "release": prepared.request.release,
             "namespace": prepared.request.namespace,
@@ -85,7 +85,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         context = f", context {where.context}" if where.context else ""
         print(
-            f"doctor: {connecting.server(api)}{context}; release {prepared.request.release} "
+            f"doctor: {kube.server(api)}{context}; release {prepared.request.release} "
             f"in {prepared.request.namespace}"
         )
         print_checks(found)

@@ -20,9 +20,9 @@ from kubernetes.client.rest import ApiException
 from gridloop import toolchain
 from gridloop.chart import diagnosis, objects
 from gridloop.chart.checks import GPU
-from gridloop.chart.connecting import get, metadata_list, reached, status_of
 from gridloop.chart.objects import Doc
 from gridloop.errors import UsageError
+from gridloop.kube import get, metadata_list, reached, status_of
 
 # what an install and an upgrade do to each object it renders (helm reads, applies, and
 # deletes what a new revision drops); CRDs and Helm's release Secrets on top

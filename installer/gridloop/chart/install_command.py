@@ -11,33 +11,87 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubernetes import client
 
+from gridloop import kube
 from gridloop.bundle import charting
 from gridloop.chart import (
-    commands,
     connecting,
     doctor_command,
     installing,
     local_fleet,
     objects,
+    preparing,
     readiness,
     records,
     releases,
     waiting,
 )
 from gridloop.chart.checks import summary
-from gridloop.chart.commands import Prepared
 from gridloop.chart.connecting import Target
 from gridloop.chart.doctoring import discover, object_path
+from gridloop.chart.preparing import Prepared
 from gridloop.errors import ClusterError, UsageError
+
+if TYPE_CHECKING:
+    from gridloop.chart.preparing import Sub
+
+
+def register(sub: Sub) -> None:
+    for verb, about in (
+        ("install", "install or upgrade gridloop: doctor, CRDs, components, release, ready"),
+        ("upgrade", "upgrade an installed gridloop (as install, but the release must exist)"),
+    ):
+        p = preparing.cluster_command(
+            sub,
+            verb,
+            about,
+            "Render first (bad values fail before anything is applied), run "
+            "doctor (a failing check stops here), then install in phases: the chart's "
+            "crds/ server-side until Established; every other object but webhook "
+            "configurations and custom resources, until the Services webhooks call have "
+            "a ready endpoint; then `helm upgrade --install --skip-crds`, which records "
+            "the release and adds the rest. A re-run that would change nothing changes "
+            "nothing; a re-run after an interrupted install rolls forward.",
+        )
+        preparing.chart_flags(p)
+        p.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait until every Deployment, DaemonSet and StatefulSet is ready "
+            "(up to --timeout; on timeout, name what is not)",
+        )
+        p.add_argument(
+            "--timeout",
+            default=preparing.DEFAULT_TIMEOUT,
+            help=f"how long to wait, as 90s, 5m, 1h (default {preparing.DEFAULT_TIMEOUT})",
+        )
+        p.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print what would change against the cluster (a server-side diff) and "
+            "change nothing",
+        )
+        p.add_argument(
+            "--skip-doctor", action="store_true", help="install even if a doctor check fails"
+        )
+        p.add_argument(
+            "--bundle",
+            type=Path,
+            metavar="FILE",
+            help="the chart from a tarball written by `gridloop bundle --tarball` "
+            "(air-gapped; instead of --chart)",
+        )
+        p.set_defaults(func=cmd_install, must_exist=verb == "upgrade")
 
 
 def cmd_install(args: argparse.Namespace) -> int:
     start = time.monotonic()
-    req = commands.request(args)
-    where = commands.target(args)
+    req = preparing.request(args)
+    where = preparing.target(args)
     req, fleet = local_fleet.with_local_fleet(req, where.kubeconfig)
     verb = "upgrading" if args.must_exist else "installing"
     chart = charting.read(req.chart)
@@ -50,7 +104,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     )
     if fleet is not None:
         step("fleet", f"the local cluster's, from {fleet} (values name none)")
-    prepared = commands.prepare(req)
+    prepared = preparing.prepare(req)
     rendered = prepared.rendered
     size = records.estimate(req.chart, rendered.manifest)
     if size > records.SECRET_LIMIT:
@@ -147,11 +201,11 @@ def ensure_namespace(api: client.ApiClient, name: str) -> None:
     """The release namespace, created as `helm --create-namespace` would (no labels)."""
     core = client.CoreV1Api(api)
     try:
-        connecting.reached(api, lambda: core.create_namespace({"metadata": {"name": name}}))
+        kube.reached(api, lambda: core.create_namespace({"metadata": {"name": name}}))
     except client.ApiException as err:
         if err.status != 409:
             raise UsageError(
-                f"--namespace {name}: cannot create it ({connecting.status_of(err)})"
+                f"--namespace {name}: cannot create it ({kube.status_of(err)})"
             ) from err
 
 
@@ -170,7 +224,7 @@ def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool
         found = resources[(str(doc["apiVersion"]), str(doc["kind"]))]
         ref = objects.ref(doc, prepared.request.namespace, found.namespaced)
         try:
-            live = connecting.get(api, object_path(found, ref.api_version, ref.namespace, ref.name))
+            live = kube.get(api, object_path(found, ref.api_version, ref.namespace, ref.name))
         except client.ApiException as err:
             if err.status == 404:
                 return False
@@ -189,7 +243,7 @@ def crds_current(prepared: Prepared, api: client.ApiClient) -> bool:
     path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
     for crd in prepared.crds:
         try:
-            live = connecting.get(api, path + crd["metadata"]["name"])
+            live = kube.get(api, path + crd["metadata"]["name"])
         except client.ApiException as err:
             if err.status == 404:
                 return False
@@ -207,9 +261,7 @@ def show_diff(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
     present = {
         ns
         for ns in objects.by_namespace(prepared.docs, req.namespace)
-        if connecting.get(api, "/api/v1/namespaces", {"fieldSelector": f"metadata.name={ns}"})[
-            "items"
-        ]
+        if kube.get(api, "/api/v1/namespaces", {"fieldSelector": f"metadata.name={ns}"})["items"]
     }
     changes = installing.diff(prepared.crds, req.namespace, where)
     new: list[str] = []

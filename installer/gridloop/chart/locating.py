@@ -11,13 +11,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from gridloop import paths
 from gridloop.documents import DocumentProblem, read_document
 from gridloop.errors import UsageError
-from gridloop.local import paths
 
-# `gridloop bundle`'s default --out, and the chart it writes there, relative to where it ran
-BUNDLE_OUT = Path("dist")
-DEFAULT_BUNDLE = BUNDLE_OUT / "gridloop"
+DEFAULT_BUNDLE = paths.DEFAULT_BUNDLE
 PROFILES = "profiles"
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import yaml
 
+from gridloop import names
+
 SECRET_LIMIT = 1024 * 1024  # bytes of data a Kubernetes Secret may hold
 SPECIAL = ("Chart.yaml", "values.yaml", "values.schema.json")  # not stored as files
 GO_GZIP_MARGIN = 1.03  # Go's compressor vs zlib, with room to spare
@@ -51,7 +53,7 @@ def estimate(chart: Path, manifest: str, notes: str = "", config: object = None)
         "config": config or {},
         "manifest": manifest,
         "version": 1,
-        "namespace": "gridloop-system",
+        "namespace": names.DEFAULT_NAMESPACE,
     }
     raw = json.dumps(release, separators=(",", ":")).encode()
     compressed = gzip.compress(raw, compresslevel=9, mtime=0)

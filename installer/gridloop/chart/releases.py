@@ -21,8 +21,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gridloop.chart import diagnosis, doctoring
-from gridloop.chart.connecting import get, reached
 from gridloop.errors import ClusterError
+from gridloop.kube import get, reached
 
 UNLOCKED = "interrupted; marked failed by gridloop install to roll forward"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from gridloop import toolchain
+from gridloop import names, toolchain
 from gridloop.bundle import charting
 from gridloop.chart import locating, messages
 from gridloop.chart.values import Layer, fleet_problem
@@ -31,8 +31,8 @@ class Request:
     profile: Path | None = None
     files: tuple[Path, ...] = ()
     sets: tuple[str, ...] = ()
-    namespace: str = "gridloop-system"
-    release: str = "gridloop"
+    namespace: str = names.DEFAULT_NAMESPACE
+    release: str = names.DEFAULT_RELEASE
 
     def values_args(self) -> list[str]:
         """The profile, then each -f, then each --set: later ones win, as on the command line."""

@@ -22,29 +22,30 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop import kube
 from gridloop.chart import (
-    commands,
     connecting,
     exits,
     installing,
     objects,
+    preparing,
     purging,
     readiness,
     releases,
 )
-from gridloop.chart.connecting import get
 from gridloop.chart.diagnosis import Existing
 from gridloop.errors import ClusterError
+from gridloop.kube import get
 
 if TYPE_CHECKING:
-    from gridloop.chart.commands import Sub
+    from gridloop.chart.preparing import Sub
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 POLL = 0.5
 
 
 def register(sub: Sub) -> None:
-    p = commands.cluster_command(
+    p = preparing.cluster_command(
         sub,
         "uninstall",
         "remove gridloop's workloads; keep CRDs and custom resources (unless --purge)",
@@ -53,7 +54,7 @@ def register(sub: Sub) -> None:
         "gridloop applied, after confirmation, and refuses while custom resources outside "
         "the release exist unless --force.",
     )
-    commands.release_flags(p)
+    preparing.release_flags(p)
     p.add_argument("--purge", action="store_true", help="also delete gridloop's CRDs")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask before --purge")
     p.add_argument(
@@ -63,16 +64,16 @@ def register(sub: Sub) -> None:
     )
     p.add_argument(
         "--timeout",
-        default=commands.DEFAULT_TIMEOUT,
-        help=f"how long to wait for deletions (default {commands.DEFAULT_TIMEOUT})",
+        default=preparing.DEFAULT_TIMEOUT,
+        help=f"how long to wait for deletions (default {preparing.DEFAULT_TIMEOUT})",
     )
     p.set_defaults(func=cmd_uninstall)
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
     start = time.monotonic()
-    commands.check_release(args)
-    where = commands.target(args)
+    preparing.check_release(args)
+    where = preparing.target(args)
     api = connecting.api_client(where)
     release, namespace = args.release, args.namespace
     crds = purging.gridloops(_crd_managers(api), installing.FIELD_MANAGER)
@@ -216,9 +217,9 @@ def _crd_managers(api: client.ApiClient) -> dict[str, list[str]]:
 
 def _metadata_list(api: client.ApiClient, path: str) -> list[dict[str, Any]]:
     try:
-        return connecting.metadata_list(api, path)
+        return kube.metadata_list(api, path)
     except ApiException as err:
-        raise ClusterError(f"listing {path}: {connecting.status_of(err)}") from err
+        raise ClusterError(f"listing {path}: {kube.status_of(err)}") from err
 
 
 def _custom_resources(api: client.ApiClient, crds: list[str]) -> list[Existing]:
@@ -251,10 +252,10 @@ def _delete_crds(api: client.ApiClient, crds: list[str], timeout: float) -> None
             return ext.delete_custom_resource_definition(crd)
 
         try:
-            connecting.reached(api, delete)
+            kube.reached(api, delete)
         except ApiException as err:
             if err.status != 404:
-                raise ClusterError(f"deleting CRD {name}: {connecting.status_of(err)}") from err
+                raise ClusterError(f"deleting CRD {name}: {kube.status_of(err)}") from err
     deadline = time.monotonic() + timeout
     while True:
         left = sorted(set(crds) & set(_crd_managers(api)))

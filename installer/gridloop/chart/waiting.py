@@ -3,7 +3,7 @@
 Reads only (Deployments, DaemonSets, StatefulSets, EndpointSlices), polled every
 POLL seconds until a deadline; at the deadline a model's Deployment that is not ready
 gets a Warning Event saying which revision serves and why the new one is stuck
-(models/watching.py), and the error says the same, with every node whose kubelet
+(models/rollout_reading.py), and the error says the same, with every node whose kubelet
 reports disk, memory or PID pressure (it evicts pods: the wait could not end). A model
 whose new revision will certainly not start (rollouts.certain: no weights, refused keys,
 a server that crashes again after two restarts) ends the wait at once, with the same
@@ -24,10 +24,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gridloop.chart import readiness
-from gridloop.chart.connecting import get
 from gridloop.chart.exits import NotReady
 from gridloop.chart.objects import Ref
-from gridloop.models import rollouts, watching
+from gridloop.kube import get
+from gridloop.models import rollout_reading, rollouts
 
 POLL = 1.0  # seconds between reads
 PLURAL = {"Deployment": "deployments", "DaemonSet": "daemonsets", "StatefulSet": "statefulsets"}
@@ -100,9 +100,9 @@ def _model_rollouts(
         if not why or ref.kind != "Deployment":
             continue
         found = _read(api, ref)
-        if found is None or not watching.is_model(found):
+        if found is None or not rollout_reading.is_model(found):
             continue
-        rollout = watching.read(api, found)
+        rollout = rollout_reading.read(api, found)
         if not rollout.done:
             out.append((found, rollout))
     return out
@@ -116,7 +116,7 @@ def _stuck_models(
     said = []
     for found, rollout in models:
         try:
-            said.append(watching.record(api, found, rollout))
+            said.append(rollout_reading.record(api, found, rollout))
         except ApiException as err:  # the reason still reaches the user, without the Event
             said.append(f"model {rollout.model}: {rollout.summary()} (no Event: {err.reason})")
     return said

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from gridloop.apportion import largest_remainder
 from gridloop.fleet.schema import API_VERSION, KIND, MAX_GPUS_PER_NODE, FleetError, parse_fleet
 
 _SOURCE = "generate_fleet"
@@ -72,7 +73,7 @@ def generate_fleet(nodes: int, gpus_per_node: int = 8, name: str = "generated") 
         message = f"must be an integer from 1 to {MAX_GPUS_PER_NODE}, got {gpus_per_node!r}"
         raise FleetError(_SOURCE, "gpusPerNode", message)
     weights = [weight for *_, pools in _LAYOUT for _, _, weight in pools]
-    counts = iter(_split(nodes, weights))
+    counts = iter(largest_remainder(nodes, weights))
     sites = [
         {
             "name": site,
@@ -103,18 +104,3 @@ def dump_fleet(doc: Mapping[str, Any]) -> str:
         "# Regenerate it rather than editing by hand; see examples/fleets/README.md.\n"
     )
     return header + yaml.safe_dump(dict(doc), sort_keys=False, default_flow_style=False)
-
-
-def _split(total: int, weights: list[int]) -> list[int]:
-    """``total`` split in proportion to ``weights``, summing exactly to ``total``.
-
-    Largest remainder: everyone gets the floor of their share, the leftover units go to the
-    largest fractional parts (earlier entries first on ties), so the result is deterministic.
-    """
-    whole = sum(weights)
-    counts = [total * weight // whole for weight in weights]
-    remainders = [total * weight % whole for weight in weights]
-    by_remainder = sorted(range(len(weights)), key=lambda i: (-remainders[i], i))
-    for i in by_remainder[: total - sum(counts)]:
-        counts[i] += 1
-    return counts

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeGuard, cast
+from typing import Literal, TypeGuard, cast
 
 from gridloop.documents import DocumentProblem, read_document
 from gridloop.fleet.catalog import GPU_MODELS, KNOWN_GPU_MODELS, GpuModel
-
-if TYPE_CHECKING:
-    from gridloop.fleet.nodes import PlannedNode
 
 API_VERSION = "gridloop.io/v1alpha1"
 KIND = "Fleet"
@@ -165,13 +162,6 @@ class Fleet:
     @property
     def gpu_count(self) -> int:
         return sum(site.gpu_count for site in self.sites)
-
-    def planned_nodes(self) -> Iterator[PlannedNode]:
-        """Every node this fleet describes, in file order (see ``gridloop.fleet.nodes``)."""
-        # nodes.py builds on this module; importing it here keeps the dependency one-way.
-        from gridloop.fleet.nodes import iter_planned_nodes
-
-        return iter_planned_nodes(self)
 
 
 def load_fleet(path: str | Path) -> Fleet:

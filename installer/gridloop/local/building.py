@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gridloop import versions
+from gridloop import paths, versions
 from gridloop.errors import BuildError
-from gridloop.local import paths
 from gridloop.local.gomod import wrapper_for
 from gridloop.local.patches import PatchMismatch, apply_patch, overlay_document
 from gridloop.local.recipes import RECIPES, Recipe, binary_names

@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gridloop import resources
+from gridloop import kube, resources
 from gridloop.bundle.sources import source_for
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import Fleet, FleetError, load_fleet, planned_nodes
@@ -30,7 +30,6 @@ from gridloop.local import (
     building,
     certs,
     flags,
-    kube,
     kueue_installing,
     kueue_manifests,
     launching,

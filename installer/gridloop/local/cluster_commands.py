@@ -11,9 +11,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gridloop import kube, paths
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import FleetError, dump_fleet, generate_fleet
-from gridloop.local import cluster, flags, kube, object_store, paths, processes, simulated_nodes
+from gridloop.local import cluster, flags, object_store, processes, simulated_nodes
 from gridloop.local.flags import DEFAULT_BASE_PORT
 from gridloop.local.state import load
 

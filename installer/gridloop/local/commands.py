@@ -11,7 +11,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from gridloop.local import building, paths
+from gridloop import paths
+from gridloop.local import building
 from gridloop.local.building import Progress
 
 

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gridloop import names
+
 LOOPBACK = "127.0.0.1"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here; nothing connects to them
@@ -318,9 +320,10 @@ SCRAPE_INTERVAL = "5s"
 # gridloop.sim.label_shapes: what the chart's exporter at the pinned 4.6.0-4.8.3 writes
 # with NODE_NAME (4.8.3 renamed Hostname to hostname; err_code/err_msg on XIDs)
 LABEL_SHAPE = "lowercase"
-EXPORTER_JOB = "dcgm-exporter"
+EXPORTER_JOB = names.EXPORTER_JOB
 KUEUE_JOB = "kueue"
-HEALTH_NAMESPACE = "gridloop-system"
+# the chart's: where a host health process keeps its state
+HEALTH_NAMESPACE = names.DEFAULT_NAMESPACE
 
 
 def dcgm_sim(
@@ -383,7 +386,7 @@ def prometheus_config(
     `workloads`, also the health service, the simulated vLLM replicas, agent-sandbox
     controller and kube-state-metrics (gridloop.sim.workloads), and the rules in
     RULES_GLOB. With `pods` (container nodes run the chart's pods), Kueue and the
-    health service are also found as pods (pod_discovery.py) and scraped at their pod
+    health service are also found as pods (sim/pod_discovery.py) and scraped at their pod
     addresses on the bridge, as an in-cluster Prometheus would. `settings` go into the
     config's `global` section over the defaults (a benchmark's scrape interval, its query
     log), so Prometheus starts with them: no reload while the cluster is young."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gridloop import names
 from gridloop.local.flags import LOOPBACK
 
 PROCESS = "object-store"
@@ -34,9 +35,8 @@ BINARY = "versitygw"
 NAMESPACE = "object-store"
 SERVICE = "object-store"
 SERVICE_PORT = 9000  # the in-cluster port, as MinIO and most S3-compatible servers use
-# the namespace `gridloop install` installs into by default (chart/commands.py's
-# DEFAULT_NAMESPACE; a unit test keeps the two equal), where `up` writes the Secret
-RELEASE_NAMESPACE = "gridloop-system"
+# the namespace `gridloop install` installs into by default, where `up` writes the Secret
+RELEASE_NAMESPACE = names.DEFAULT_NAMESPACE
 SECRET = "models-s3"  # the Secret the local profile's models name in credentialsSecret
 # model weights; what training jobs write; the learning loop's trajectories
 BUCKETS = ("models", "checkpoints", "loop")

@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from gridloop import names
 from gridloop.loop import deciding, training_job
 from gridloop.loop.agent import LoopError, Model, PhaseResult, Sandbox, run_phase
 from gridloop.loop.build_tasks import Suite, Task, make_suite
@@ -103,8 +104,8 @@ class Settings:
     workers: int = 2
     epochs: int = 12
     model: str = "tiny"
-    namespace: str = "gridloop-system"  # the release's
-    release: str = "gridloop"
+    namespace: str = names.DEFAULT_NAMESPACE  # the release's
+    release: str = names.DEFAULT_RELEASE
     team_namespace: str = "team-default"
     queue: str = "default"
     sandbox_namespace: str = "agents"

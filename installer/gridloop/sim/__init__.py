@@ -11,9 +11,11 @@ watch the health service react.
 - ``exposition``: one node's GPUs rendered in the Prometheus text format (pure);
 - ``label_shapes``: which host and XID labels a series carries, per real exporter (pure);
 - ``storing``: the faults file, replaced atomically (I/O);
-- ``server``, ``commands``: the HTTP shell and the `gridloop sim` command line.
+- ``server``, ``commands``: the HTTP shell and the `gridloop sim` command line;
+- ``pod_discovery``: the server's HTTP service discovery for the local Prometheus.
 
-Nothing here talks to the cluster.
+Only the discovery reads the cluster (pods, by label, through the server's client);
+nothing here writes to it.
 """
 
 from gridloop.sim.exposition import render_node

@@ -17,9 +17,9 @@ import math
 import time
 from pathlib import Path
 
+from gridloop import paths
 from gridloop.errors import UsageError
 from gridloop.fleet import FleetError, iter_planned_nodes, load_fleet
-from gridloop.local import paths
 from gridloop.sim.faults import Fault
 from gridloop.sim.injections import Injection, check_target, target_name, validate
 from gridloop.sim.label_shapes import FLAG as LABEL_SHAPE_FLAG

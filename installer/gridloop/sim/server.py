@@ -6,7 +6,7 @@ Prometheus scrapes ``/nodes/<node>/metrics`` as if each were a node's dcgm-expor
 replica, ``/workloads/agent-sandbox/metrics`` and
 ``/workloads/kube-state-metrics/metrics``. With ``--kubeconfig`` it also answers
 Prometheus's HTTP service discovery at ``/discovery/<job>`` with the chart's pods on the
-container nodes (gridloop.local.pod_discovery). A node with an
+container nodes (gridloop.sim.pod_discovery). A node with an
 ``exporter-down`` fault answers 503, so Prometheus records ``up == 0`` for it exactly as
 for a crashed exporter. Faults come from the faults file, re-read whenever it changes
 (``gridloop sim inject`` replaces it atomically), so injecting needs no second channel.
@@ -101,7 +101,7 @@ class SimServer(ThreadingHTTPServer):
             return None
         with self._api_lock:
             if self._api is None:
-                from gridloop.local import kube
+                from gridloop import kube
 
                 self._api = kube.api_client(self.kubeconfig, pool=4)
             return self._api
@@ -156,7 +156,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, body, CONTENT_TYPE)
 
     def _discovery(self, name: str) -> None:
-        from gridloop.local import pod_discovery
+        from gridloop.sim import pod_discovery
 
         job = pod_discovery.JOBS.get(name)
         if job is None or cast(SimServer, self.server).kubeconfig is None:

@@ -33,7 +33,7 @@ from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.signals import HOST_KEYS, PRESENCE
 from gridloop.health.status import NAME as STATUS_CONFIGMAP
-from gridloop.models import rollouts, watching
+from gridloop.models import rollout_reading, rollouts
 from gridloop.status.snapshot import (
     CLAIMED,
     OTHER,
@@ -757,7 +757,7 @@ class Collector:
             _preload_content=False,
             _request_timeout=TIMEOUT,
         )
-        deployments = [d for d in json.loads(raw.data)["items"] if watching.is_model(d)]
+        deployments = [d for d in json.loads(raw.data)["items"] if rollout_reading.is_model(d)]
         if not deployments:
             return ()
 
@@ -833,7 +833,7 @@ class Collector:
 
     def _events(self) -> tuple[Event, ...]:
         items = []
-        for source in (MANAGER, watching.SOURCE):  # the health service's, the installer's
+        for source in (MANAGER, rollout_reading.SOURCE):  # the health service's, the installer's
             raw = self.core.list_event_for_all_namespaces(
                 field_selector=f"source={source}",
                 _preload_content=False,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from gridloop import names
 from gridloop.chart import locating
 from gridloop.errors import GridloopError, UsageError
 from gridloop.status import views
@@ -44,13 +45,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--health-namespace",
-        default="gridloop-system",
-        help="where the health service keeps its status ConfigMap (default gridloop-system)",
+        default=names.DEFAULT_NAMESPACE,
+        help="where the health service keeps its status ConfigMap "
+        f"(default {names.DEFAULT_NAMESPACE})",
     )
     p.add_argument(
         "--exporter-job",
-        default="dcgm-exporter",
-        help="the DCGM exporter's Prometheus job (default dcgm-exporter)",
+        default=names.EXPORTER_JOB,
+        help=f"the DCGM exporter's Prometheus job (default {names.EXPORTER_JOB})",
     )
     p.add_argument(
         "--view",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gridloop import names
 from gridloop.local import state as local_state
 
 
@@ -15,8 +16,8 @@ class Source:
     kubeconfig: str
     context: str | None = None
     prometheus_url: str | None = None
-    health_namespace: str = "gridloop-system"
-    exporter_job: str = "dcgm-exporter"
+    health_namespace: str = names.DEFAULT_NAMESPACE
+    exporter_job: str = names.EXPORTER_JOB
 
 
 def local_prometheus(kubeconfig: str) -> str | None:

@@ -16,8 +16,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from gridloop import paths
 from gridloop.errors import BuildError
-from gridloop.local import paths
 from gridloop.local.images import registry
 from gridloop.local.images.table import Image
 
@@ -169,8 +169,7 @@ def push_named(
     `<registry>/<repository>`), unless the registry holds it and not `force`. Without
     `compress` the layers go as plain tar: for a large image on this machine's own
     registry, gzip on the way in and out costs more than the bytes do."""
-    host, rest = ref.split("/", 1)
-    repository, tag = rest.rsplit(":", 1)
+    host, repository, tag = registry.ref_parts(ref)
     if not force and registry.has(port, host, repository, tag):
         return False
     dest = f"docker://127.0.0.1:{port}/{host}/{repository}:{tag}"

@@ -23,9 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gridloop import versions
+from gridloop import paths, versions
 from gridloop.errors import BuildError
-from gridloop.local import paths
 from gridloop.local.images import buildah
 
 BASE_PACKAGES = ("python3", "python3-venv")

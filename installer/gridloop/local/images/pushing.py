@@ -8,7 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gridloop.local import building, paths
+from gridloop import paths
+from gridloop.local import building
 from gridloop.local.images import buildah, gridloop_image, locked_images, python_images, table
 
 Say = Callable[[str], None]

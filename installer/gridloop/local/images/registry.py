@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from gridloop.local import paths
+from gridloop import paths
 from gridloop.local.flags import LOOPBACK
 
 MANIFEST_TYPES = ", ".join(
@@ -48,13 +48,21 @@ def health_url(port: int) -> str:
     return f"http://{LOOPBACK}:{port}/v2/"
 
 
+def ref_parts(ref: str) -> tuple[str, str, str]:
+    """`ghcr.io/gridloop/x:1.0` -> ("ghcr.io", "gridloop/x", "1.0"): the registry a
+    reference names, its repository there and the tag; the local registry stores the image
+    under the path `<registry>/<repository>`."""
+    host, rest = ref.split("/", 1)
+    repository, tag = rest.rsplit(":", 1)
+    return host, repository, tag
+
+
 def pulled_bytes(port: int, ref: str) -> int:
     """What a node downloads for `ref`: the sum of its compressed layers and config, from
     the manifest the registry serves."""
     import json
 
-    host, rest = ref.split("/", 1)
-    repository, tag = rest.rsplit(":", 1)
+    host, repository, tag = ref_parts(ref)
     url = f"http://{LOOPBACK}:{port}/v2/{host}/{repository}/manifests/{tag}"
     req = urllib.request.Request(url, headers={"Accept": MANIFEST_TYPES})
     with urllib.request.urlopen(req, timeout=5) as resp:

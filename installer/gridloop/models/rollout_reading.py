@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gridloop.chart.connecting import get
+from gridloop.kube import get
 from gridloop.models import rollouts
 
 SOURCE = "gridloop"  # the Events' source.component: the installer

@@ -9,7 +9,7 @@ from gridloop.chart import readiness
 from gridloop.local import flags
 from gridloop.local.container import addons
 from gridloop.local.flags import Ports
-from gridloop.local.pod_discovery import JOBS, targets
+from gridloop.sim.pod_discovery import JOBS, targets
 
 
 def _slice(namespace: str, service: str, port: str, *endpoints: dict) -> dict:

@@ -1,4 +1,7 @@
-"""`gridloop render|install|upgrade|doctor`: flags, and the rendering every one starts with."""
+"""What every chart command shares: the flags of the chart, the release and the cluster,
+their checks, and the rendering each command starts with (`prepare`). The commands
+(render_command, install_command, doctor_command, uninstall_command) each register
+themselves and build on this; nothing here imports them."""
 
 from __future__ import annotations
 
@@ -15,9 +18,8 @@ from gridloop.chart.connecting import Target
 from gridloop.chart.objects import Doc
 from gridloop.chart.values import Layer
 from gridloop.errors import UsageError
+from gridloop.names import DEFAULT_NAMESPACE, DEFAULT_RELEASE
 
-DEFAULT_NAMESPACE = "gridloop-system"
-DEFAULT_RELEASE = "gridloop"
 DEFAULT_TIMEOUT = "5m"
 _DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -25,65 +27,6 @@ MAX_RELEASE = 53  # Helm's limit: names derived from it need room for suffixes
 
 if TYPE_CHECKING:
     Sub = argparse._SubParsersAction[argparse.ArgumentParser]
-
-
-def register(sub: Sub) -> None:
-    p = sub.add_parser(
-        "render",
-        help="print every manifest the chart would install, CRDs included (applies nothing)",
-        description="Render the chart with helm (`helm template --include-crds`) and print "
-        "it. Bad values fail with one line naming the key, as `gridloop install` would.",
-    )
-    chart_flags(p)
-    p.set_defaults(func=cmd_render)
-
-    from gridloop.chart import install_command
-
-    for verb, summary in (
-        ("install", "install or upgrade gridloop: doctor, CRDs, components, release, ready"),
-        ("upgrade", "upgrade an installed gridloop (as install, but the release must exist)"),
-    ):
-        p = cluster_command(
-            sub,
-            verb,
-            summary,
-            "Render first (bad values fail before anything is applied), run "
-            "doctor (a failing check stops here), then install in phases: the chart's "
-            "crds/ server-side until Established; every other object but webhook "
-            "configurations and custom resources, until the Services webhooks call have "
-            "a ready endpoint; then `helm upgrade --install --skip-crds`, which records "
-            "the release and adds the rest. A re-run that would change nothing changes "
-            "nothing; a re-run after an interrupted install rolls forward.",
-        )
-        chart_flags(p)
-        p.add_argument(
-            "--wait",
-            action="store_true",
-            help="wait until every Deployment, DaemonSet and StatefulSet is ready "
-            "(up to --timeout; on timeout, name what is not)",
-        )
-        p.add_argument(
-            "--timeout",
-            default=DEFAULT_TIMEOUT,
-            help=f"how long to wait, as 90s, 5m, 1h (default {DEFAULT_TIMEOUT})",
-        )
-        p.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="print what would change against the cluster (a server-side diff) and "
-            "change nothing",
-        )
-        p.add_argument(
-            "--skip-doctor", action="store_true", help="install even if a doctor check fails"
-        )
-        p.add_argument(
-            "--bundle",
-            type=Path,
-            metavar="FILE",
-            help="the chart from a tarball written by `gridloop bundle --tarball` "
-            "(air-gapped; instead of --chart)",
-        )
-        p.set_defaults(func=install_command.cmd_install, must_exist=verb == "upgrade")
 
 
 def cluster_command(sub: Sub, name: str, summary: str, description: str) -> argparse.ArgumentParser:
@@ -236,14 +179,3 @@ def prepare(req: rendering.Request) -> Prepared:
         docs=objects.parse(rendered.manifest),
         values=values,
     )
-
-
-def cmd_render(args: argparse.Namespace) -> int:
-    req = request(args)
-    rendered = rendering.render(req)
-    sys.stdout.write(rendered.text)
-    print(
-        f"rendered {rendered.objects} objects and {rendered.crds} CRDs from {req.chart}",
-        file=sys.stderr,
-    )
-    return 0

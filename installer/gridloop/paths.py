@@ -1,4 +1,5 @@
-"""Where the local cluster keeps things: all of it outside the repository.
+"""Where gridloop keeps things outside the repository (the ground floor: the local
+cluster, the bundle cache and the chart's lookup all read it from here):
 
 - the build cache, keyed by component and version: `$GRIDLOOP_CACHE` or
   `~/.cache/gridloop/<component>-<version>/`;
@@ -26,3 +27,9 @@ def state_root() -> Path:
         return Path(env)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gridloop" / "local"
+
+
+# `gridloop bundle`'s default --out, and the chart it writes there, relative to where it
+# runs: where install, render and doctor look for a chart before the package's own
+BUNDLE_OUT = Path("dist")
+DEFAULT_BUNDLE = BUNDLE_OUT / "gridloop"

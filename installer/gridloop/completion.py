@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gridloop.chart.commands import Sub
+    from gridloop.chart.preparing import Sub
 
 SHELLS = ("bash", "zsh")
 FILE_METAVARS = {"FILE", "DIR", "PATH"}

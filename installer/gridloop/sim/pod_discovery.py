@@ -71,7 +71,7 @@ def targets(
 def discover(api: Any, job: Job) -> list[dict[str, Any]]:
     """The target groups of `job` on the cluster `api` (a kubernetes ApiClient) reaches,
     read now."""
-    from gridloop.chart.connecting import get
+    from gridloop.kube import get
 
     core = f"/api/v1/namespaces/{job.namespace}" if job.namespace else "/api/v1"
     query = {"labelSelector": job.selector} if job.selector else {}
