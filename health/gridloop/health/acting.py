@@ -22,7 +22,6 @@ storm's last quarantine does not wait for the Events of the first.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gridloop import kube
 from gridloop.errors import one_line
 from gridloop.health import patches
 from gridloop.health.actions import (
@@ -219,25 +219,17 @@ def record_event(
     instance: str = MANAGER,
 ) -> None:
     """A core/v1 Event from the health service about `about` (a Node, the status ConfigMap),
-    reported by `instance`: the replica's name in the leader Lease, as a controller names
-    its instance (`kubectl get events -o wide` shows it), so who acted can be told."""
-    now = dt.datetime.now(dt.UTC)
-    core.create_namespaced_event(
-        namespace,
-        client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{about.name}.gpu-health-"),
-            involved_object=about,
-            reason=reason,
-            message=message[:1024],
-            type="Warning" if warning else "Normal",
-            source=client.V1EventSource(component=MANAGER),
-            reporting_component=MANAGER,
-            reporting_instance=instance,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        ),
-        _preload_content=False,
+    reported by `instance`: the replica's name in the leader Lease, so who acted can be told."""
+    kube.record_event(
+        core,
+        about,
+        reason,
+        message,
+        namespace=namespace,
+        component=MANAGER,
+        instance=instance,
+        warning=warning,
+        suffix="gpu-health",
     )
 
 

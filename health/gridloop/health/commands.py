@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kubernetes import client, config
+from kubernetes import client
 
-from gridloop import names, resources
+from gridloop import kube, names, resources
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
 from gridloop.health import status
@@ -92,19 +92,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def api_client(kubeconfig: Path | None, connections: int = 0) -> client.ApiClient:
     """In a pod, its ServiceAccount; elsewhere `kubeconfig`, $KUBECONFIG or ~/.kube/config
-    (also what the chart's hook pods use: gridloop.selftest, gridloop.hooks)."""
-    conf = client.Configuration()
-    # one connection per concurrent node action and Event sender, so none is opened and thrown away
-    conf.connection_pool_maxsize = max(conf.connection_pool_maxsize, connections + 2)
-    try:
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=conf)
-        else:
-            path = str(kubeconfig) if kubeconfig else None
-            config.load_kube_config(config_file=path, client_configuration=conf)
-    except (config.ConfigException, OSError) as err:
-        raise UsageError(f"--kubeconfig {kubeconfig or '(default)'}: {err}") from err
-    return client.ApiClient(conf)
+    (also what the chart's hook pods use: gridloop.selftest, gridloop.hooks). One
+    connection per concurrent node action and Event sender, so none is opened and thrown
+    away."""
+    return kube.api_client(kubeconfig, pool=connections + 2)
 
 
 def _listen(value: str) -> tuple[str, int]:

@@ -26,10 +26,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
 
-from gridloop.errors import one_line
+from gridloop import kube
 from gridloop.health.listing import GPU_LABEL, GPU_NODES, list_views, node_view
 from gridloop.health.observed import NodeView
 
@@ -117,56 +116,47 @@ class NodeCache:
                 self._versions.pop(name, None)
                 self._taints.pop(name, None)
 
-    def _list(self) -> int:
+    def _list(self) -> str:
         listed = list_views(self.core, self.opt_out_label)
         with self._lock:
             self._views, self._versions, self._taints = listed.views, listed.versions, listed.taints
-        return int(listed.resource_version)
+        return str(listed.resource_version)
 
-    def _follow(self, since: int) -> int:
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self.offer(obj)
+        elif kind == "DELETED":
+            self._forget(obj)
+        self.cpu_s = time.thread_time()
+
+    def _follow(self, since: str) -> str:
         """Apply watch events until the server ends the watch; returns where it got to."""
-        w = watch.Watch()
-        for event in w.stream(
+        return kube.watch_once(
             self.core.list_node,
+            since,
+            self._apply,
+            self._stop,
+            WATCH_SECONDS,
             label_selector=GPU_NODES,
-            resource_version=str(since),
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
-            deserialize=False,
-        ):
-            obj = event["object"]
-            since = max(since, _version(obj))
-            if event["type"] in ("ADDED", "MODIFIED"):
-                self.offer(obj)
-            elif event["type"] == "DELETED":
-                self._forget(obj)
-            self.cpu_s = time.thread_time()
-            if self._stop.is_set():
-                w.stop()
-        return since
+        )
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                since = self._list()
-                self.cpu_s = time.thread_time()
-                self._synced.set()
-                if failures:
-                    self.log("node watch back: cycles read the cache again")
-                failures = 0
-                while not self._stop.is_set():
-                    since = self._follow(since)
-            except ApiException as err:
-                if err.status != 410:  # 410 Gone: the watch fell too far behind; list again
-                    failures += 1
-                    self._broken(f"{err.status} {err.reason}", failures)
-            except Exception as err:  # connection refused or reset: the API server is away
-                failures += 1
-                self._broken(one_line(err, 200), failures)
+    def _listed(self, failures: int) -> None:
+        self.cpu_s = time.thread_time()
+        self._synced.set()
+        if failures:
+            self.log("node watch back: cycles read the cache again")
 
     def _broken(self, why: str, failures: int) -> None:
         self._synced.clear()
         if failures == 1:
             self.log(f"node watch broken, listing each cycle until it is back: {why}")
-        time.sleep(RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1])
+
+    def _run(self) -> None:
+        kube.list_then_watch(
+            self._list,
+            self._follow,
+            self._stop,
+            listed=self._listed,
+            broken=self._broken,
+            retry_seconds=RETRY_SECONDS,
+        )

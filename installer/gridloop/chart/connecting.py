@@ -2,8 +2,8 @@
 
 The same target goes to the Kubernetes Python client (doctor's reads, the readiness
 wait, uninstall's checks), to kubectl (`--context`) and to helm (`--kube-context`), so
-all three talk to the same cluster as the same user. The one place in gridloop.chart
-that builds a client (the raw reads are the ground floor's, gridloop.kube).
+all three talk to the same cluster as the same user. The client itself is the ground
+floor's (gridloop.kube).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kubernetes import client, config
 
+from gridloop import kube
 from gridloop.errors import UsageError
 
 
@@ -34,22 +35,9 @@ class Target:
 
 
 def api_client(target: Target) -> client.ApiClient:
-    """A client for the target; an unknown context is a UsageError naming the flag."""
-    conf = client.Configuration()
-    try:
-        config.load_kube_config(
-            config_file=target.kubeconfig, context=target.context, client_configuration=conf
-        )
-    except (config.ConfigException, OSError, ValueError) as err:
-        if target.context:
-            known = _contexts(target.kubeconfig)
-            raise UsageError(
-                f"--context {target.context}: not in the kubeconfig (contexts: {known})"
-            ) from err
-        raise UsageError(f"kubeconfig {target.kubeconfig}: {err}") from err
-    conf.retries = 1  # an unreachable server is reported, not retried for minutes
-    conf.connection_pool_maxsize = 16
-    return client.ApiClient(conf)
+    """A client for the target; an unknown context is a UsageError naming the flag. An
+    unreachable server is reported after one retry, not retried for minutes."""
+    return kube.api_client(target.kubeconfig, context=target.context, pool=16, retries=1)
 
 
 def check_context(kubeconfig: str, context: str | None) -> None:
@@ -62,13 +50,5 @@ def check_context(kubeconfig: str, context: str | None) -> None:
         return  # an unreadable kubeconfig is reported when the client is built
     if context not in {c["name"] for c in contexts}:
         raise UsageError(
-            f"--context {context}: not in the kubeconfig (contexts: {_contexts(kubeconfig)})"
+            f"--context {context}: not in the kubeconfig (contexts: {kube.contexts(kubeconfig)})"
         )
-
-
-def _contexts(kubeconfig: str) -> str:
-    try:
-        contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
-    except (config.ConfigException, OSError, ValueError):
-        return "none readable"
-    return ", ".join(sorted(c["name"] for c in contexts)) or "none"

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from gridloop import names
+from gridloop import kube, names
 from gridloop.loop import deciding, training_job
 from gridloop.loop.agent import LoopError, Model, PhaseResult, Sandbox, run_phase
 from gridloop.loop.build_tasks import Suite, Task, make_suite
@@ -161,11 +161,11 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        config.load_kube_config(config_file=self.settings.kubeconfig)
-        self.core = client.CoreV1Api()
-        self.custom = client.CustomObjectsApi()
+        api = kube.api_client(self.settings.kubeconfig)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.env = dict(os.environ)
         if self.settings.kubeconfig:
             self.env["KUBECONFIG"] = self.settings.kubeconfig

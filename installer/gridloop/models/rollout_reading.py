@@ -10,12 +10,12 @@ say which revision serves and why the new one is stuck.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
 
+from gridloop import kube
 from gridloop.kube import get
 from gridloop.models import rollouts
 
@@ -42,28 +42,21 @@ def record(api: client.ApiClient, deployment: Mapping[str, Any], rollout: rollou
     """A Warning Event on the Deployment when its new revision is stuck; its message."""
     meta = deployment.get("metadata") or {}
     message = f"model {rollout.model}: {rollout.summary()}"
-    now = dt.datetime.now(dt.UTC)
-    client.CoreV1Api(api).create_namespaced_event(
-        meta["namespace"],
-        client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.revision-"),
-            involved_object=client.V1ObjectReference(
-                api_version="apps/v1",
-                kind="Deployment",
-                name=meta["name"],
-                namespace=meta["namespace"],
-                uid=meta.get("uid"),
-            ),
-            reason=rollouts.REASON,
-            message=message[:1024],
-            type="Warning",
-            source=client.V1EventSource(component=SOURCE),
-            reporting_component=SOURCE,
-            reporting_instance=SOURCE,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+    kube.record_event(
+        client.CoreV1Api(api),
+        client.V1ObjectReference(
+            api_version="apps/v1",
+            kind="Deployment",
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta.get("uid"),
         ),
-        _preload_content=False,
+        rollouts.REASON,
+        message,
+        namespace=meta["namespace"],
+        component=SOURCE,
+        instance=SOURCE,
+        warning=True,
+        suffix="revision",
     )
     return message

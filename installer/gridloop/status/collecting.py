@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gridloop.chart import connecting
+from gridloop import kube
 from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import reading
@@ -75,10 +75,9 @@ Readings = tuple[dict[str, int], dict[str, bool]]  # GPUs reporting, exporter up
 
 def api_client(source: Source) -> client.ApiClient:
     """The installer's client (an unknown context names the flag and lists the known
-    ones), without retries: an unreachable server shows as stale at once."""
-    api = connecting.api_client(connecting.Target(source.kubeconfig, source.context))
-    api.configuration.retries = 0
-    return api
+    ones), retrying a failed request once: an unreachable server shows as stale within
+    a refresh, not after minutes of retries."""
+    return kube.api_client(source.kubeconfig, context=source.context, pool=16, retries=1)
 
 
 # --- projections: one raw object to the few fields status keeps --------------------

@@ -16,10 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from kubernetes import watch
-from kubernetes.client.rest import ApiException
-
-from gridloop.errors import one_line
+from gridloop import kube
 
 T = TypeVar("T")
 PAGE = 500
@@ -109,60 +106,44 @@ class Mirror(Generic[T]):
             self.version += 1
         return str(page["metadata"]["resourceVersion"])
 
-    def _follow(self, since: str) -> str:
-        w = watch.Watch()
-        for event in w.stream(
-            self.list_fn,
-            resource_version=since,
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
-            deserialize=False,
-            **self.selectors,
-        ):
-            obj = event["object"]
-            if event["type"] == "ERROR":
-                raise ApiException(status=obj.get("code", 500), reason=obj.get("message", ""))
-            since = obj["metadata"].get("resourceVersion") or since
-            self.events += 1
-            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                key = object_key(obj)
-                value = None if event["type"] == "DELETED" else self.project(obj)
-                with self._lock:
-                    before = self._items.get(key)
-                    if value is None:
-                        self._items.pop(key, None)
-                    else:
-                        self._items[key] = value
-                    # a kubelet heartbeat changes the node, not what status shows of it
-                    if value != before:
-                        self.version += 1
-                        if self._changed is not None:
-                            self._changed.add(key)
-            if self._stop.is_set():
-                w.stop()
-        return since
+    def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        self.events += 1
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        key = object_key(obj)
+        value = None if kind == "DELETED" else self.project(obj)
+        with self._lock:
+            before = self._items.get(key)
+            if value is None:
+                self._items.pop(key, None)
+            else:
+                self._items[key] = value
+            # a kubelet heartbeat changes the node, not what status shows of it
+            if value != before:
+                self.version += 1
+                if self._changed is not None:
+                    self._changed.add(key)
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                since = self._list()
-                self.problem = ""
-                if not self._synced.is_set():
-                    self.synced_at = time.monotonic()
-                self._synced.set()
-                failures = 0
-                while not self._stop.is_set():
-                    since = self._follow(since)
-            except ApiException as err:
-                if err.status == 410:  # the watch fell too far behind: list again
-                    continue
-                failures += 1
-                self._broken(f"{err.status} {err.reason}", failures)
-            except Exception as err:  # refused or reset: the API server is away
-                failures += 1
-                self._broken(one_line(err, 160), failures)
+    def _follow(self, since: str) -> str:
+        return kube.watch_once(
+            self.list_fn, since, self._apply, self._stop, WATCH_SECONDS, **self.selectors
+        )
+
+    def _listed(self, failures: int) -> None:
+        self.problem = ""
+        if not self._synced.is_set():
+            self.synced_at = time.monotonic()
+        self._synced.set()
 
     def _broken(self, why: str, failures: int) -> None:
         self.problem = f"{self.name} not current: {why}"
-        time.sleep(RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1])
+
+    def _run(self) -> None:
+        kube.list_then_watch(
+            self._list,
+            self._follow,
+            self._stop,
+            listed=self._listed,
+            broken=self._broken,
+            retry_seconds=RETRY_SECONDS,
+        )
