@@ -4,8 +4,12 @@ quarantine taint key have one home each (fleet/catalog.py, names.py)."""
 
 from __future__ import annotations
 
-from gridloop import names
-from gridloop.chart import facts
+from pathlib import Path
+
+import pytest
+
+from gridloop import names, resources, versions
+from gridloop.chart import facts, pins
 from gridloop.fleet.catalog import GPU_MODELS
 from gridloop.health.observed import TAINT_KEY
 
@@ -31,3 +35,49 @@ def test_no_other_template_spells_the_taint_or_a_gpu_product() -> None:
         text = template.read_text(encoding="utf-8")
         assert names.QUARANTINE_TAINT_KEY not in text, template.name
         assert not [m.product for m in GPU_MODELS.values() if m.product in text], template.name
+
+
+# --- versions.yaml's pins where files users read repeat them ---
+
+ROOT = resources.chart().parents[1]
+
+
+def test_every_committed_copy_of_a_pin_is_what_versions_yaml_pins() -> None:
+    for path, (committed, pinned) in pins.rewritten(ROOT).items():
+        assert committed == pinned, f"{path}: regenerate it: python -m gridloop.chart.facts"
+
+
+def test_a_bump_is_one_line_of_versions_yaml_and_a_regeneration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bumped = tmp_path / "versions.yaml"
+    text = (ROOT / "versions.yaml").read_text(encoding="utf-8")
+    old = versions.get("vllm").version
+    bumped.write_text(text.replace(f"vllm:\n  version: {old}\n", "vllm:\n  version: v9.9.9\n"))
+    monkeypatch.setenv("GRIDLOOP_VERSIONS_FILE", str(bumped))
+    versions.load.cache_clear()
+    try:
+        changed = {
+            path.relative_to(ROOT).as_posix(): [
+                (a, b)
+                for a, b in zip(committed.splitlines(), pinned.splitlines(), strict=True)
+                if a != b
+            ]
+            for path, (committed, pinned) in pins.rewritten(ROOT).items()
+            if committed != pinned
+        }
+    finally:
+        versions.load.cache_clear()
+
+    assert changed == {
+        "charts/gridloop/values.yaml": [
+            (f"  image: vllm/vllm-openai:{old}", "  image: vllm/vllm-openai:v9.9.9")
+        ]
+    }
+
+
+def test_a_copy_the_pattern_no_longer_finds_is_an_error_naming_the_file() -> None:
+    pin = pins.Pin("values.yaml", r"^  image: (vllm/vllm-openai:\S+)$", "x", "vllm")
+
+    with pytest.raises(ValueError, match=r"values.yaml: no .* to pin \(vllm\)"):
+        pin.rewrite("inference:\n  enabled: true\n")

@@ -1,7 +1,8 @@
 """The chart's copies of facts Python holds, generated, never typed: the GPU catalog
 (fleet/catalog.py) and the quarantine taint key (names.py), as named templates in
-charts/gridloop/templates/_generated.tpl. `python -m gridloop.chart.facts` writes the
-file; tests/unit/test_chart_facts.py fails while the committed one differs from it."""
+charts/gridloop/templates/_generated.tpl; and versions.yaml's pins where files users read
+repeat them (gridloop.chart.pins). `python -m gridloop.chart.facts` writes them all;
+tests/unit/test_chart_facts.py fails while a committed one differs from what it writes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 from gridloop import names, resources
+from gridloop.chart import pins
 from gridloop.fleet.catalog import GPU_MODELS
 
 FILE = "templates/_generated.tpl"
@@ -62,6 +64,11 @@ def main() -> int:
     changed = not target.is_file() or target.read_text(encoding="utf-8") != render()
     target.write_text(render(), encoding="utf-8")
     print(f"{target}: {'written' if changed else 'unchanged'}", file=sys.stderr)
+    # the pinned copies live in the source checkout, beside the chart
+    for pinned, (committed, text) in pins.rewritten(resources.chart().parents[1]).items():
+        if text != committed:
+            pinned.write_text(text, encoding="utf-8")
+        print(f"{pinned}: {'written' if text != committed else 'unchanged'}", file=sys.stderr)
     return 0
 
 
