@@ -25,6 +25,7 @@ from chart_files import CHART, EVERYTHING, PROFILE_NAMES, REPO, UPSTREAM_OFF
 
 from gridloop.bundle.sources import source_for
 from gridloop.chart.objects import quantity
+from gridloop.dcgm import METRICS
 from gridloop.errors import BuildError
 from gridloop.fleet import GPU_TOLERATION
 from gridloop.fleet.catalog import GPU_MODELS
@@ -32,7 +33,6 @@ from gridloop.fleet.schema import load_fleet
 from gridloop.health.policy_loading import load_policy
 from gridloop.health.signals import queries
 from gridloop.local.building import binary
-from gridloop.sim.metrics import METRICS
 
 # the real helm, built by `gridloop local build`
 needs_helm = pytest.mark.needs_binaries("helm")

@@ -15,9 +15,9 @@ from gridloop.dashboards import catalog, generating
 from gridloop.dashboards.catalog import DASHBOARDS
 from gridloop.dashboards.commands import parse_sets, parse_since
 from gridloop.dashboards.queries import Target, expand, targets, variable_queries
+from gridloop.dcgm import METRICS
 from gridloop.errors import UsageError
 from gridloop.health.metrics import Metrics
-from gridloop.sim.metrics import METRICS
 from gridloop.sim.workloads import render_agent_sandbox, render_kube_state, render_vllm, vllm_pods
 
 CHART_DASHBOARDS = generating.default_dir()

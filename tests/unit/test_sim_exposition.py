@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from gridloop import dcgm
 from gridloop.fleet import PlannedNode, generate_fleet, parse_fleet, planned_nodes
 from gridloop.sim import metrics as m
 from gridloop.sim.exposition import METRICS, render_node
@@ -95,7 +96,7 @@ def test_every_gpu_has_every_metric_with_dcgm_exporter_labels() -> None:
     for (_, labels), _value in samples.items():
         label = dict(labels)
         i = int(label["gpu"])
-        assert set(label) == set(m.LABEL_NAMES)
+        assert set(label) == set(dcgm.LABEL_NAMES)
         assert label["UUID"] == m.gpu_uuid(H100.name, i)
         assert re.fullmatch(r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", label["UUID"])
         assert re.fullmatch(r"00000000:[0-9A-F]{2}:00\.0", label["pci_bus_id"])
@@ -108,7 +109,7 @@ def test_every_gpu_has_every_metric_with_dcgm_exporter_labels() -> None:
 def test_samples_carry_labels_in_dcgm_exporter_order() -> None:
     first = render_node(H100, FaultSet(), NOW, STARTED).splitlines()[2]
 
-    assert re.findall(r'(\w+)="', first) == list(m.LABEL_NAMES)
+    assert re.findall(r'(\w+)="', first) == list(dcgm.LABEL_NAMES)
 
 
 @pytest.mark.parametrize(
@@ -146,11 +147,16 @@ def test_healthy_values_are_plausible() -> None:
     values = render()
 
     for i in map(str, range(8)):
-        assert 0 <= values[(m.GPU_UTIL, i)] <= 100
-        assert 25 <= values[(m.GPU_TEMP, i)] <= 80
-        assert 70 <= values[(m.POWER_USAGE, i)] <= 700
-        assert values[(m.FB_FREE, i)] + values[(m.FB_USED, i)] == H100.gpu_memory_mib
-        for name in (m.XID_ERRORS, m.ECC_DBE_VOL, m.ROW_REMAP_FAILURE, m.NVLINK_CRC_FLIT):
+        assert 0 <= values[(dcgm.GPU_UTIL, i)] <= 100
+        assert 25 <= values[(dcgm.GPU_TEMP, i)] <= 80
+        assert 70 <= values[(dcgm.POWER_USAGE, i)] <= 700
+        assert values[(dcgm.FB_FREE, i)] + values[(dcgm.FB_USED, i)] == H100.gpu_memory_mib
+        for name in (
+            dcgm.XID_ERRORS,
+            dcgm.ECC_DBE_VOL,
+            dcgm.ROW_REMAP_FAILURE,
+            dcgm.NVLINK_CRC_FLIT,
+        ):
             assert values[(name, i)] == 0
 
 
@@ -182,8 +188,8 @@ def test_a_fault_on_gpu_3_changes_only_its_own_metrics_of_gpu_3(
 def test_xid_79_on_gpu_3_reads_79_there_only() -> None:
     values = render(with_fault(gpu=3, xid=79))
 
-    assert values[(m.XID_ERRORS, "3")] == 79
-    assert [values[(m.XID_ERRORS, str(i))] for i in range(8) if i != 3] == [0] * 7
+    assert values[(dcgm.XID_ERRORS, "3")] == 79
+    assert [values[(dcgm.XID_ERRORS, str(i))] for i in range(8) if i != 3] == [0] * 7
 
 
 def test_a_vanished_gpu_loses_every_series_and_the_others_keep_theirs() -> None:
@@ -201,7 +207,7 @@ def test_a_node_whose_gpus_all_vanished_renders_an_empty_body() -> None:
 def test_counters_never_decrease_as_time_passes() -> None:
     faults = with_fault(gpu=2, thermal_violation=True, nvlink_errors_per_s=0.3)
     faults = faults.inject(GPUS, Injection(node=H100.name, pcie_replays_per_s=7.5), STARTED + 50)
-    counters = [name for name, (kind, _) in METRICS.items() if kind == m.COUNTER]
+    counters = [name for name, (kind, _) in METRICS.items() if kind == dcgm.COUNTER]
     times = [STARTED + t for t in (0, 1, 7, 60, 61, 300, 3600, 86400)]
 
     readings = [render(faults, now=t) for t in times]
@@ -215,13 +221,13 @@ def test_counters_never_decrease_as_time_passes() -> None:
 def test_energy_grows_with_uptime() -> None:
     early, late = render(now=STARTED + 10), render(now=STARTED + 20)
 
-    assert late[(m.TOTAL_ENERGY, "0")] > early[(m.TOTAL_ENERGY, "0")]
+    assert late[(dcgm.TOTAL_ENERGY, "0")] > early[(dcgm.TOTAL_ENERGY, "0")]
 
 
 def test_thermal_violation_counts_one_second_per_second_from_injection() -> None:
     faults = with_fault(now=NOW, gpu=1, thermal_violation=True)
 
-    at = [render(faults, now=NOW + t)[(m.THERMAL_VIOLATION, "1")] for t in (0, 30, 90)]
+    at = [render(faults, now=NOW + t)[(dcgm.THERMAL_VIOLATION, "1")] for t in (0, 30, 90)]
 
     assert at == [0, 30_000_000, 90_000_000]
 
@@ -236,4 +242,4 @@ def test_a_large_fleet_renders_every_gpu_of_every_node() -> None:
     for node, text in zip(nodes, texts, strict=True):
         values = by_gpu(parse(text)[1])
         assert len(values) == node.gpus * len(METRICS)
-        assert values[(m.XID_ERRORS, "0")] == (94 if node is nodes[7] else 0)
+        assert values[(dcgm.XID_ERRORS, "0")] == (94 if node is nodes[7] else 0)

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from test_sim_exposition import fleet_nodes, parse
 
+from gridloop import dcgm
 from gridloop.errors import BuildError, UsageError
 from gridloop.fleet import PlannedNode
 from gridloop.health.actions import Hold, Quarantine
@@ -125,9 +126,9 @@ def test_each_shape_labels_its_series_in_dcgm_exporter_order(
         ("DCGM_FI_DRIVER_VERSION", m.DRIVER_VERSION),
     ]
 
-    assert label_pairs(sample_lines(text, m.XID_ERRORS)[1]) == gpu_1 + xid_labels
-    assert sample_lines(text, m.XID_ERRORS)[1].endswith(" 79")
-    for name in set(m.METRICS) - {m.XID_ERRORS}:  # the error labels are the XID series' only
+    assert label_pairs(sample_lines(text, dcgm.XID_ERRORS)[1]) == gpu_1 + xid_labels
+    assert sample_lines(text, dcgm.XID_ERRORS)[1].endswith(" 79")
+    for name in set(dcgm.METRICS) - {dcgm.XID_ERRORS}:  # the error labels are the XID series' only
         assert label_pairs(sample_lines(text, name)[1]) == gpu_1, name
     assert parse(text)  # still the text format, each series once
     assert "node=" not in text  # the scrape attaches `node`; an exporter never writes it
@@ -136,7 +137,7 @@ def test_each_shape_labels_its_series_in_dcgm_exporter_order(
 def test_a_healthy_gpu_of_dcgm_exporter_4_reads_xid_0_no_error() -> None:
     text = render_node(FIRST, HEALTHY, NOW, STARTED, NODENAME)
 
-    assert sample_lines(text, m.XID_ERRORS)[0].endswith(',err_code="0",err_msg="No Error"} 0')
+    assert sample_lines(text, dcgm.XID_ERRORS)[0].endswith(',err_code="0",err_msg="No Error"} 0')
 
 
 def test_the_default_shape_is_the_simulators_old_one() -> None:
@@ -161,7 +162,7 @@ def test_every_xid_the_health_policy_names_has_dcgm_exporters_message() -> None:
     assert named <= set(XID_MESSAGES)
     assert XID_MESSAGES[94] == "Contained ECC error"
     text = render_node(FIRST, xid(FIRST, 0, 999), NOW, STARTED, NODENAME)
-    assert f'err_code="999",err_msg="{UNKNOWN_XID}"}} 999' in sample_lines(text, m.XID_ERRORS)[0]
+    assert f'err_code="999",err_msg="{UNKNOWN_XID}"}} 999' in sample_lines(text, dcgm.XID_ERRORS)[0]
 
 
 # --- the option ---
@@ -389,7 +390,7 @@ def xid_series(shape: LabelShape) -> dict[str, str]:
             faults = xid(SECOND, 1, code, now)
         text = render_node(SECOND, faults, now, STARTED, shape)
         for labels, value in scrape(text, target_labels(SECOND)):
-            if labels["__name__"] == m.XID_ERRORS and labels["gpu"] == "1":
+            if labels["__name__"] == dcgm.XID_ERRORS and labels["gpu"] == "1":
                 values.setdefault(_selector(labels), ["_"] * i).append(f"{value:g}")
         for series in values.values():
             if len(series) == i:
@@ -463,6 +464,6 @@ def test_counting_changes_of_each_labelled_series_would_never_see_a_repeat(
     """What the repeat query did before: `changes()` of each series. Over dcgm-exporter
     4.x's series every code is a series of its own that never changes, so application
     XIDs never counted as repeated."""
-    before = f"changes({m.XID_ERRORS}[{int(POLICY.xid_repeat_window_s)}s]) > 0"
+    before = f"changes({dcgm.XID_ERRORS}[{int(POLICY.xid_repeat_window_s)}s]) > 0"
 
     promtool_expects(tmp_path, xid_series(NODENAME), before, [])

@@ -13,8 +13,8 @@ and a panel is never blank merely because nothing is broken.
 
 from __future__ import annotations
 
+from gridloop import dcgm
 from gridloop.dashboards.panels import RATE, Board, Panel, graph, q, single
-from gridloop.sim import metrics as m
 
 UID = "gridloop-gpu-fleet-health"
 FILTER = 'site=~"$site",pool=~"$pool"'
@@ -95,7 +95,7 @@ def build() -> Board:
         single(
             "GPUs reporting",
             "GPUs with a current DCGM sample.",
-            q(f"count({either_host(m.GPU_TEMP)})", instant=True),
+            q(f"count({either_host(dcgm.GPU_TEMP)})", instant=True),
         ),
         single(
             "Exporters down",
@@ -119,11 +119,17 @@ def build() -> Board:
     )
     board.row("Per GPU").add(
         graph(
-            "Temperature", "GPU die temperature.", "celsius", [q(per_gpu(m.GPU_TEMP), GPU_LEGEND)]
+            "Temperature",
+            "GPU die temperature.",
+            "celsius",
+            [q(per_gpu(dcgm.GPU_TEMP), GPU_LEGEND)],
         ),
-        graph("Power", "Power draw.", "watt", [q(per_gpu(m.POWER_USAGE), GPU_LEGEND)]),
+        graph("Power", "Power draw.", "watt", [q(per_gpu(dcgm.POWER_USAGE), GPU_LEGEND)]),
         graph(
-            "Utilisation", "Time the GPU was busy.", "percent", [q(per_gpu(m.GPU_UTIL), GPU_LEGEND)]
+            "Utilisation",
+            "Time the GPU was busy.",
+            "percent",
+            [q(per_gpu(dcgm.GPU_UTIL), GPU_LEGEND)],
         ),
         graph(
             "Framebuffer used",
@@ -131,7 +137,8 @@ def build() -> Board:
             "percentunit",
             [
                 q(
-                    f"{per_gpu(m.FB_USED)} / ({per_gpu(m.FB_USED)} + {per_gpu(m.FB_FREE)})",
+                    f"{per_gpu(dcgm.FB_USED)}"
+                    f" / ({per_gpu(dcgm.FB_USED)} + {per_gpu(dcgm.FB_FREE)})",
                     GPU_LEGEND,
                 )
             ],
@@ -143,20 +150,20 @@ def build() -> Board:
             "The last XID each GPU reported (0: none). Reset-class XIDs (79, 94, ...) "
             "quarantine the node.",
             "none",
-            [q(f"{per_gpu(m.XID_ERRORS)} != 0", GPU_LEGEND)],
+            [q(f"{per_gpu(dcgm.XID_ERRORS)} != 0", GPU_LEGEND)],
         ),
         _ecc(
             "ECC errors, volatile (since boot)",
             "Single-bit (corrected) and double-bit (uncorrectable) ECC errors since the "
             "last reboot",
-            m.ECC_DBE_VOL,
-            m.ECC_SBE_VOL,
+            dcgm.ECC_DBE_VOL,
+            dcgm.ECC_SBE_VOL,
         ),
         _ecc(
             "ECC errors, aggregate (lifetime)",
             "ECC errors over the GPU's lifetime",
-            m.ECC_DBE_AGG,
-            m.ECC_SBE_AGG,
+            dcgm.ECC_DBE_AGG,
+            dcgm.ECC_SBE_AGG,
         ),
         graph(
             "Row remapping",
@@ -164,9 +171,9 @@ def build() -> Board:
             "the GPUs with the most remapped rows.",
             "none",
             [
-                q(f"sum({either_host(m.ROW_REMAP_PENDING)})", "GPUs with a remap pending"),
-                q(f"sum({either_host(m.ROW_REMAP_FAILURE)})", "GPUs with a failed remap"),
-                q(_worst(m.UNCORRECTABLE_REMAPPED_ROWS), f"{GPU_LEGEND} uncorrectable rows"),
+                q(f"sum({either_host(dcgm.ROW_REMAP_PENDING)})", "GPUs with a remap pending"),
+                q(f"sum({either_host(dcgm.ROW_REMAP_FAILURE)})", "GPUs with a failed remap"),
+                q(_worst(dcgm.UNCORRECTABLE_REMAPPED_ROWS), f"{GPU_LEGEND} uncorrectable rows"),
             ],
         ),
         graph(
@@ -175,17 +182,17 @@ def build() -> Board:
             f"the {TOP} worst GPUs.",
             "ops",
             [
-                q(_worst(m.NVLINK_CRC_FLIT, "rate"), f"{GPU_LEGEND} CRC flit"),
-                q(_worst(m.NVLINK_CRC_DATA, "rate"), f"{GPU_LEGEND} CRC data"),
-                q(_worst(m.NVLINK_REPLAY, "rate"), f"{GPU_LEGEND} replay"),
-                q(_worst(m.NVLINK_RECOVERY, "rate"), f"{GPU_LEGEND} recovery"),
+                q(_worst(dcgm.NVLINK_CRC_FLIT, "rate"), f"{GPU_LEGEND} CRC flit"),
+                q(_worst(dcgm.NVLINK_CRC_DATA, "rate"), f"{GPU_LEGEND} CRC data"),
+                q(_worst(dcgm.NVLINK_REPLAY, "rate"), f"{GPU_LEGEND} replay"),
+                q(_worst(dcgm.NVLINK_RECOVERY, "rate"), f"{GPU_LEGEND} recovery"),
             ],
         ),
         graph(
             "PCIe replays",
             f"PCIe retries per second; the {TOP} worst GPUs.",
             "ops",
-            [q(_worst(m.PCIE_REPLAY, "rate"), GPU_LEGEND)],
+            [q(_worst(dcgm.PCIE_REPLAY, "rate"), GPU_LEGEND)],
         ),
     )
     board.row("Quarantine").add(

@@ -16,10 +16,11 @@ about 400,000 labelled samples per cycle and parsing about 40,000 small ones.
 
 from __future__ import annotations
 
+from gridloop import dcgm
 from gridloop.health.policy import Policy
 
 NODE_LABEL = "node"  # attached by the scrape (relabeled from the pod's node)
-HOST_LABELS = ("Hostname", "hostname")  # dcgm-exporter's own: the pod's name without NODE_NAME
+HOST_LABELS = dcgm.HOST_LABELS  # dcgm-exporter's own: the pod's name without NODE_NAME
 HOST_KEYS = (NODE_LABEL, *HOST_LABELS)  # what a series may say its node is, in that order
 # Asked every cycle, at the moment of asking: the fault events, a new XID code and a fresh
 # ECC double-bit increase, filtered to non-zero, so each answer is small. A fault's latency
@@ -35,7 +36,13 @@ HOST_KEYS = (NODE_LABEL, *HOST_LABELS)  # what a series may say its node is, in 
 # - which GPUs report and whether each exporter is up: they change only when a scrape
 #   does, and a GPU counts as fallen off the bus only when presence and `up` come from
 #   the same moment.
-NVLINK_COUNTERS = ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY")
+NVLINK_METRICS = {
+    "CRC_FLIT": dcgm.NVLINK_CRC_FLIT,
+    "CRC_DATA": dcgm.NVLINK_CRC_DATA,
+    "REPLAY": dcgm.NVLINK_REPLAY,
+    "RECOVERY": dcgm.NVLINK_RECOVERY,
+}
+NVLINK_COUNTERS = tuple(NVLINK_METRICS)
 NVLINK_FAMILIES = frozenset(f"nvlink_{name.lower()}" for name in NVLINK_COUNTERS)
 SLOW_FAMILIES = frozenset({"xid_repeats", "thermal", "power", "pcie", *NVLINK_FAMILIES})
 STATE_FAMILIES = frozenset({"row_remap_pending", "row_remap_failure", "retired_pending"})
@@ -61,7 +68,7 @@ TAGGED = {PRESENCE_AND_UP: ("up", "present"), EVENTS_AND_DOWN: ("xid", DOWN)}
 FAMILY_LABEL = "gridloop_family"  # which family of a combined answer a series is
 BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES
 GPU_KEYS = ("UUID", "gpu", *HOST_KEYS)  # what identifies one GPU's series
-PRESENCE = "DCGM_FI_DEV_GPU_TEMP"  # a gauge every exporter reports for every GPU
+PRESENCE = dcgm.GPU_TEMP  # a gauge every exporter reports for every GPU
 # Asked with the fault events, at the same moment: when Prometheus last scraped any
 # exporter. One value over one series per exporter (not per GPU), so a cycle can tell its
 # fault read is fresh while the background read is late.
@@ -87,7 +94,7 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
     q = {
         PRESENCE_AND_UP: f"{_tagged(up, 'up')} or {_tagged(present, 'present')}",
         EVENTS_AND_DOWN: (
-            f"{_tagged('DCGM_FI_DEV_XID_ERRORS != 0', 'xid')} or {_tagged(f'{up} == 0', DOWN)}"
+            f"{_tagged(f'{dcgm.XID_ERRORS} != 0', 'xid')} or {_tagged(f'{up} == 0', DOWN)}"
         ),
         FRESHNESS: f'max(timestamp(up{{job="{exporter_job}"}}))',
         # the XID gauge holds the last code: each change in the window counts as an event
@@ -97,37 +104,34 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         # code a series of its own that never changes: the changes are counted on each
         # GPU's one series with those labels dropped, sampled once per scrape interval
         "xid_repeats": (
-            f"changes((max without (err_code, err_msg) (DCGM_FI_DEV_XID_ERRORS))"
-            f"[{repeat}:{scrape}]) > 0"
+            f"changes((max without (err_code, err_msg) ({dcgm.XID_ERRORS}))[{repeat}:{scrape}]) > 0"
         ),
-        "row_remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING != 0",
+        "row_remap_pending": f"{dcgm.ROW_REMAP_PENDING} != 0",
     }
     if s.ecc_dbe_volatile:
         # a fresh increase, seen over the last few scrapes; the quarantine itself lasts
         # until the GPU has been clean for the hold-down
         recent = _window(4 * policy.scrape_interval_s)
-        q["ecc_dbe"] = f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[{recent}]) > 0"
+        q["ecc_dbe"] = f"increase({dcgm.ECC_DBE_VOL}[{recent}]) > 0"
     if s.row_remap_failure:
-        q["row_remap_failure"] = "DCGM_FI_DEV_ROW_REMAP_FAILURE != 0"
+        q["row_remap_failure"] = f"{dcgm.ROW_REMAP_FAILURE} != 0"
     if s.retired_pages_pending:
-        q["retired_pending"] = "DCGM_FI_DEV_RETIRED_PENDING != 0"
+        q["retired_pending"] = f"{dcgm.RETIRED_PENDING} != 0"
     if s.thermal_violation:
         w = _window(s.thermal_violation.window_s)
         # the violation counters count microseconds throttled: rate / 1e6 = fraction of time
-        q["thermal"] = f"rate(DCGM_FI_DEV_THERMAL_VIOLATION[{w}]) / 1e6 > 0"
+        q["thermal"] = f"rate({dcgm.THERMAL_VIOLATION}[{w}]) / 1e6 > 0"
     if s.power_violation:
         q["power"] = (
-            f"rate(DCGM_FI_DEV_POWER_VIOLATION[{_window(s.power_violation.window_s)}]) / 1e6 > 0"
+            f"rate({dcgm.POWER_VIOLATION}[{_window(s.power_violation.window_s)}]) / 1e6 > 0"
         )
     if s.nvlink_errors:
         w, by = _window(s.nvlink_errors.window_s), ", ".join(GPU_KEYS)
         # one query per counter, summed per GPU here: Prometheus 2 refuses rate() over
         # several metric names at once, and padding each term with zeros to add them in
         # PromQL costs an aggregation over every GPU per term
-        for name in NVLINK_COUNTERS:
-            q[f"nvlink_{name.lower()}"] = (
-                f"sum by ({by}) (rate(DCGM_FI_DEV_NVLINK_{name}_ERROR_COUNT_TOTAL[{w}])) > 0"
-            )
+        for name, metric in NVLINK_METRICS.items():
+            q[f"nvlink_{name.lower()}"] = f"sum by ({by}) (rate({metric}[{w}])) > 0"
     if s.pcie_replays:
-        q["pcie"] = f"rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[{_window(s.pcie_replays.window_s)}]) > 0"
+        q["pcie"] = f"rate({dcgm.PCIE_REPLAY}[{_window(s.pcie_replays.window_s)}]) > 0"
     return q

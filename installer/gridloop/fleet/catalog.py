@@ -32,6 +32,12 @@ class GpuModel:
     on_prem_instance_type: str
     cpu_cores: int
     memory_gi: int
+    # what a busy GPU of the model reads, for the DCGM simulator: the boost SM and memory
+    # clocks (MHz), idle and maximum board power (W, the TDP) of the part
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    idle_watts: float
+    max_watts: float
 
     def instance_type(self, site_type: str) -> str:
         """The instance type a pool gets when the fleet file does not name one."""
@@ -54,6 +60,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="dgx-h100",
         cpu_cores=192,
         memory_gi=2048,
+        sm_clock_mhz=1980,
+        mem_clock_mhz=2619,
+        idle_watts=70.0,
+        max_watts=700.0,
     ),
     GpuModel(
         name="H200-141GB",
@@ -63,6 +73,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="dgx-h200",
         cpu_cores=192,
         memory_gi=2048,
+        sm_clock_mhz=1980,
+        mem_clock_mhz=3201,
+        idle_watts=75.0,
+        max_watts=700.0,
     ),
     GpuModel(
         name="B200",
@@ -72,6 +86,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="dgx-b200",
         cpu_cores=192,
         memory_gi=2048,
+        sm_clock_mhz=1965,
+        mem_clock_mhz=3996,
+        idle_watts=120.0,
+        max_watts=1000.0,
     ),
     GpuModel(
         name="A100-80GB",
@@ -81,6 +99,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="dgx-a100",
         cpu_cores=96,
         memory_gi=1152,
+        sm_clock_mhz=1410,
+        mem_clock_mhz=1593,
+        idle_watts=55.0,
+        max_watts=400.0,
     ),
     GpuModel(
         name="A100-40GB",
@@ -90,6 +112,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="dgx-a100-320g",
         cpu_cores=96,
         memory_gi=1152,
+        sm_clock_mhz=1410,
+        mem_clock_mhz=1215,
+        idle_watts=52.0,
+        max_watts=400.0,
     ),
     GpuModel(
         name="L40S",
@@ -99,6 +125,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="ovx-l40s",
         cpu_cores=192,
         memory_gi=1536,
+        sm_clock_mhz=2520,
+        mem_clock_mhz=9001,
+        idle_watts=35.0,
+        max_watts=350.0,
     ),
     GpuModel(
         name="L4",
@@ -108,6 +138,10 @@ GPU_MODELS: Mapping[str, GpuModel] = _table(
         on_prem_instance_type="pcie-l4-8x",
         cpu_cores=192,
         memory_gi=768,
+        sm_clock_mhz=2040,
+        mem_clock_mhz=6251,
+        idle_watts=16.0,
+        max_watts=72.0,
     ),
 )
 

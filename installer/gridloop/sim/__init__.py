@@ -18,10 +18,11 @@ Only the discovery reads the cluster (pods, by label, through the server's clien
 nothing here writes to it.
 """
 
+from gridloop.dcgm import METRICS
 from gridloop.sim.exposition import render_node
 from gridloop.sim.faults import Fault, FaultSet, GpuEffect, Ramp
 from gridloop.sim.injections import Injection
-from gridloop.sim.metrics import FAULT_METRICS, METRICS, gpu_uuid, model_name, pci_bus_id
+from gridloop.sim.metrics import FAULT_METRICS, gpu_uuid, model_name, pci_bus_id
 from gridloop.sim.storing import read_faults, update_faults, write_faults
 
 __all__ = [

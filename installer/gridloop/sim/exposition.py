@@ -23,11 +23,13 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gridloop import dcgm
+from gridloop.dcgm import METRICS
 from gridloop.fleet import PlannedNode
 from gridloop.sim import metrics as m
 from gridloop.sim.faults import FaultSet, GpuEffect
 from gridloop.sim.label_shapes import DEFAULT_SHAPE, LabelShape, host_label, xid_labels
-from gridloop.sim.metrics import METRICS, GpuProfile
+from gridloop.sim.metrics import GpuProfile
 
 __all__ = ["METRICS", "LabelShape", "render_node"]
 
@@ -37,7 +39,7 @@ _HEADERS: tuple[tuple[str, str], ...] = tuple(
     (name, f"# HELP {name} {help_}\n# TYPE {name} {type_}\n")
     for name, (type_, help_) in METRICS.items()
 )
-_XID_COLUMN = list(METRICS).index(m.XID_ERRORS)
+_XID_COLUMN = list(METRICS).index(dcgm.XID_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def _pairs(labels: tuple[tuple[str, str], ...]) -> str:
 
 def _labels(node: PlannedNode, index: int, shape: LabelShape) -> str:
     host, host_value = host_label(shape, node.name)
-    names = tuple(host if name == m.HOST_LABEL else name for name in m.LABEL_NAMES)
+    names = tuple(host if name == dcgm.HOST_LABEL else name for name in dcgm.LABEL_NAMES)
     values = (
         str(index),
         m.gpu_uuid(node.name, index),
@@ -128,35 +130,35 @@ def _values(n: _Node, g: _Gpu, now: float, started: float, fx: GpuEffect | None)
     # Energy integrates the GPU's mean power, so it rises steadily whatever the wave does.
     energy = g.energy_base_mj + int(_watts(prof, g.level) * uptime * 1000)
     v: dict[str, int | str] = {
-        m.SM_CLOCK: g.sm_clock,
-        m.MEM_CLOCK: prof.mem_clock,
-        m.MEMORY_TEMP: gpu_temp + 5,
-        m.GPU_TEMP: gpu_temp,
-        m.POWER_USAGE: f"{_watts(prof, util):.3f}",
-        m.TOTAL_ENERGY: energy,
-        m.PCIE_REPLAY: 0,
-        m.GPU_UTIL: round(100 * util),
-        m.MEM_COPY_UTIL: round(45 * util),
-        m.XID_ERRORS: 0,
-        m.POWER_VIOLATION: 0,
-        m.THERMAL_VIOLATION: 0,
-        m.FB_FREE: n.memory_mib - g.fb_used_mib,
-        m.FB_USED: g.fb_used_mib,
-        m.ECC_SBE_VOL: 0,
-        m.ECC_DBE_VOL: 0,
-        m.ECC_SBE_AGG: g.sbe_agg,
-        m.ECC_DBE_AGG: 0,
-        m.RETIRED_SBE: 0,
-        m.RETIRED_DBE: 0,
-        m.RETIRED_PENDING: 0,
-        m.NVLINK_CRC_FLIT: 0,
-        m.NVLINK_CRC_DATA: 0,
-        m.NVLINK_REPLAY: 0,
-        m.NVLINK_RECOVERY: 0,
-        m.UNCORRECTABLE_REMAPPED_ROWS: 0,
-        m.CORRECTABLE_REMAPPED_ROWS: g.correctable_rows,
-        m.ROW_REMAP_FAILURE: 0,
-        m.ROW_REMAP_PENDING: 0,
+        dcgm.SM_CLOCK: g.sm_clock,
+        dcgm.MEM_CLOCK: prof.mem_clock,
+        dcgm.MEMORY_TEMP: gpu_temp + 5,
+        dcgm.GPU_TEMP: gpu_temp,
+        dcgm.POWER_USAGE: f"{_watts(prof, util):.3f}",
+        dcgm.TOTAL_ENERGY: energy,
+        dcgm.PCIE_REPLAY: 0,
+        dcgm.GPU_UTIL: round(100 * util),
+        dcgm.MEM_COPY_UTIL: round(45 * util),
+        dcgm.XID_ERRORS: 0,
+        dcgm.POWER_VIOLATION: 0,
+        dcgm.THERMAL_VIOLATION: 0,
+        dcgm.FB_FREE: n.memory_mib - g.fb_used_mib,
+        dcgm.FB_USED: g.fb_used_mib,
+        dcgm.ECC_SBE_VOL: 0,
+        dcgm.ECC_DBE_VOL: 0,
+        dcgm.ECC_SBE_AGG: g.sbe_agg,
+        dcgm.ECC_DBE_AGG: 0,
+        dcgm.RETIRED_SBE: 0,
+        dcgm.RETIRED_DBE: 0,
+        dcgm.RETIRED_PENDING: 0,
+        dcgm.NVLINK_CRC_FLIT: 0,
+        dcgm.NVLINK_CRC_DATA: 0,
+        dcgm.NVLINK_REPLAY: 0,
+        dcgm.NVLINK_RECOVERY: 0,
+        dcgm.UNCORRECTABLE_REMAPPED_ROWS: 0,
+        dcgm.CORRECTABLE_REMAPPED_ROWS: g.correctable_rows,
+        dcgm.ROW_REMAP_FAILURE: 0,
+        dcgm.ROW_REMAP_PENDING: 0,
     }
     if fx is not None:
         _apply(v, fx)
@@ -166,24 +168,24 @@ def _values(n: _Node, g: _Gpu, now: float, started: float, fx: GpuEffect | None)
 def _apply(v: dict[str, int | str], fx: GpuEffect) -> None:
     """Overwrite exactly the metrics each fault names (see ``metrics.FAULT_METRICS``)."""
     if fx.xid:
-        v[m.XID_ERRORS] = fx.xid
+        v[dcgm.XID_ERRORS] = fx.xid
     if fx.ecc_dbe:
-        v[m.ECC_DBE_VOL] = fx.ecc_dbe
-        v[m.ECC_DBE_AGG] = fx.ecc_dbe
+        v[dcgm.ECC_DBE_VOL] = fx.ecc_dbe
+        v[dcgm.ECC_DBE_AGG] = fx.ecc_dbe
     if fx.row_remap_failure:
-        v[m.ROW_REMAP_FAILURE] = 1
+        v[dcgm.ROW_REMAP_FAILURE] = 1
     if fx.row_remap_pending:
-        v[m.ROW_REMAP_PENDING] = 1
+        v[dcgm.ROW_REMAP_PENDING] = 1
     if fx.retired_pending:
-        v[m.RETIRED_PENDING] = 1
+        v[dcgm.RETIRED_PENDING] = 1
     if fx.temp is not None:
-        v[m.GPU_TEMP] = round(fx.temp)  # DCGM reports whole degrees
+        v[dcgm.GPU_TEMP] = round(fx.temp)  # DCGM reports whole degrees
     if fx.thermal_us:
-        v[m.THERMAL_VIOLATION] = int(fx.thermal_us)
+        v[dcgm.THERMAL_VIOLATION] = int(fx.thermal_us)
     if fx.nvlink_errors:
-        v[m.NVLINK_CRC_FLIT] = int(fx.nvlink_errors)
+        v[dcgm.NVLINK_CRC_FLIT] = int(fx.nvlink_errors)
     if fx.pcie_replays:
-        v[m.PCIE_REPLAY] = int(fx.pcie_replays)
+        v[dcgm.PCIE_REPLAY] = int(fx.pcie_replays)
 
 
 def render_node(
