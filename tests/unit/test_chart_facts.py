@@ -4,6 +4,8 @@ quarantine taint key have one home each (fleet/catalog.py, names.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,28 @@ def test_a_copy_the_pattern_no_longer_finds_is_an_error_naming_the_file() -> Non
 
     with pytest.raises(ValueError, match=r"values.yaml: no .* to pin \(vllm\)"):
         pin.rewrite("inference:\n  enabled: true\n")
+
+
+# --- the fleet part of values.schema.json ---
+
+
+def test_the_committed_values_schema_has_the_fleet_schemas_enums_and_bounds() -> None:
+    committed = (resources.chart() / facts.SCHEMA).read_text(encoding="utf-8")
+    assert committed == facts.values_schema(committed), (
+        "regenerate it: python -m gridloop.chart.facts"
+    )
+
+
+def test_a_new_gpu_model_is_one_catalog_entry_and_a_regeneration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h100 = GPU_MODELS["H100-80GB"]
+    new = dataclasses.replace(h100, name="X900", product="NVIDIA-X900")
+    monkeypatch.setattr(facts, "GPU_MODELS", {**GPU_MODELS, "X900": new})
+    committed = (resources.chart() / facts.SCHEMA).read_text(encoding="utf-8")
+
+    pool = json.loads(facts.values_schema(committed))["properties"]["fleet"]["properties"]["sites"][
+        "items"
+    ]["properties"]["pools"]["items"]["properties"]
+    assert "X900" in pool["gpu"]["enum"]
+    assert "X900: {product: NVIDIA-X900, cpuCores: 192, memoryGi: 2048}" in facts.render()

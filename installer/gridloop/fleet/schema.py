@@ -32,7 +32,7 @@ MAX_NODE_NAME = 63
 
 MAX_CONTAINER_NODES = 3
 # Kueue's quota for CPU work on each container node (the chart's "system" flavor); the
-# chart's values.schema.json has the same bounds and defaults (a unit test keeps them equal)
+# chart's values.schema.json gets these bounds from here (python -m gridloop.chart.facts)
 DEFAULT_CONTAINER_CPU_CORES = 2
 DEFAULT_CONTAINER_MEMORY_GI = 8
 MAX_CONTAINER_CPU_CORES = 1024
@@ -41,8 +41,8 @@ DEFAULT_POD_SUBNET = "10.200.0.0/16"
 # Node i of the container nodes gets the i-th /24 of podSubnet: at most /22 leaves room
 # for MAX_CONTAINER_NODES of them, and /8 is as wide as a sensible private range gets.
 POD_SUBNET_PREFIXES = (8, 22)
-# Ranges the local cluster already uses (gridloop.local.flags holds the same values, and
-# tests/unit/test_fleet_schema.py keeps them equal): container pods must not overlap them.
+# Ranges the local cluster uses (its API server's service range, kwok's fake pod
+# addresses; gridloop.local.flags reads them here): container pods must not overlap them.
 SERVICE_RANGE = "10.96.0.0/16"
 SIMULATED_POD_RANGE = "10.244.0.0/16"
 

@@ -20,15 +20,20 @@ cluster, and why:
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gridloop import names
+from gridloop.fleet import schema
 
 LOOPBACK = "127.0.0.1"
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.1/16"  # kwok hands out fake pod IPs from here; nothing connects to them
+# the ranges the fleet schema keeps container pods out of (fleet/schema.py holds them)
+SERVICE_CIDR = schema.SERVICE_RANGE
+# kwok hands out fake pod IPs from here; nothing connects to them
+_PODS = ipaddress.ip_network(schema.SIMULATED_POD_RANGE)
+POD_CIDR = f"{_PODS.network_address + 1}/{_PODS.prefixlen}"  # kwok's --cidr: its gateway
 NODE_MONITOR_GRACE = "400s"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
