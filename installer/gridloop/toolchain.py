@@ -3,7 +3,8 @@
 `--helm PATH` / `--kubectl PATH` win; then, when the kubeconfig a call names is a
 `gridloop local` cluster's, that cluster's own (`<state>/bin`: they match its server);
 else the one on PATH;
-else, only if `gridloop local` built one (its build cache), that one. Nothing here builds
+else, only if `gridloop local build` made one, that one (its link in the tools folder,
+gridloop.paths). Nothing here builds
 anything or needs Go: on a user's machine the tools are theirs. Each is checked once per
 run: Helm must be 3.x or 4.x; kubectl must say its version, and doctor checks it against
 the server's skew window (`kubectl_skew` in chart/checks.py). Failures are one line
@@ -20,6 +21,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+from gridloop import paths
 from gridloop.errors import UsageError
 
 HELM_MAJORS = (3, 4)
@@ -89,14 +91,8 @@ def _find(name: str, local: Path | None) -> tuple[Path, str]:
 
 def _built(name: str) -> Path | None:
     """The local cluster's own build, only if it is there (never built from here)."""
-    try:
-        from gridloop.local import building
-    except ImportError:  # a wheel without the local extra's libraries
-        return None
-    try:
-        return building.binary(name)
-    except Exception:  # not built, or no recipe
-        return None
+    link = paths.tools_dir() / name
+    return link if link.is_file() else None
 
 
 def _checked(name: str, path: Path, where: str) -> tuple[Path, str]:

@@ -110,15 +110,25 @@ def build(components: Iterable[str] | None = None, report: Reporter = lambda p: 
         if _is_cached(recipe, comp):
             for name in binary_names(recipe):
                 report(Progress(comp.name, comp.version, name, "cached"))
-            continue
-        if recipe.debian_files:
+        elif recipe.debian_files:
             _unpack_debian(recipe, comp, report)
-            continue
-        if recipe.c_programs:
+        elif recipe.c_programs:
             _compile_c(check_go(f"{comp.name} {comp.version}"), recipe, comp, report)
-            continue
-        go = check_go(f"{comp.name} {comp.version}")
-        _build_component(go, recipe, comp, report)
+        else:
+            _build_component(check_go(f"{comp.name} {comp.version}"), recipe, comp, report)
+        link_tools(recipe, comp)
+
+
+def link_tools(recipe: Recipe, comp: Component) -> None:
+    """Link the recipe's user-facing tools (paths.TOOLS: helm, kubectl) into the tools
+    folder, where commands find them when PATH has none (gridloop.toolchain)."""
+    for name in set(binary_names(recipe)) & set(paths.TOOLS):
+        link = paths.tools_dir() / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        fresh = link.with_name(f".{name}.new")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(recipe_dir(recipe, comp) / "bin" / name)
+        fresh.replace(link)  # atomic: a command running meanwhile sees one or the other
 
 
 # The compiler and linker are Go programs: with the collector running at a quarter of
