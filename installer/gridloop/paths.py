@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+STATE_FILE = "state.json"  # in a local cluster's state folder, beside its kubeconfig
+
 
 def cache_root() -> Path:
     env = os.environ.get("GRIDLOOP_CACHE")
@@ -37,6 +39,16 @@ def state_root() -> Path:
         return Path(env)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "gridloop" / "local"
+
+
+def local_state_dir(kubeconfig: str | os.PathLike[str] | None) -> Path | None:
+    """The state folder of the `gridloop local` cluster a kubeconfig belongs to (the
+    first file of a $KUBECONFIG list; its state.json beside it), or None for any other
+    cluster. The one test of "is this a local cluster's kubeconfig"."""
+    if not kubeconfig:
+        return None
+    folder = Path(str(kubeconfig).split(os.pathsep)[0]).parent
+    return folder if (folder / STATE_FILE).is_file() else None
 
 
 # `gridloop bundle`'s default --out, and the chart it writes there, relative to where it

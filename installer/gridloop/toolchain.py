@@ -38,13 +38,12 @@ def configure(helm: str | os.PathLike[str] | None, kubectl: str | os.PathLike[st
 
 
 def local_bin(kubeconfig: str | None) -> Path | None:
-    """`<state>/bin` when `kubeconfig` is a `gridloop local` cluster's (its state
-    directory: state.json and bin/ beside it); None for any other cluster."""
+    """`<state>/bin` when `kubeconfig` is a `gridloop local` cluster's (and names that one
+    file, not a list); None for any other cluster."""
     if not kubeconfig or len(kubeconfig.split(os.pathsep)) != 1:
         return None
-    folder = Path(kubeconfig).parent
-    found = (folder / "state.json").is_file() and (folder / "bin").is_dir()
-    return folder / "bin" if found else None
+    state = paths.local_state_dir(kubeconfig)
+    return state / "bin" if state is not None and (state / "bin").is_dir() else None
 
 
 def helm(kubeconfig: str | None = None) -> Path:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gridloop import paths
 from gridloop.errors import ClusterError
 from gridloop.local.flags import Ports
 from gridloop.local.processes import Proc
@@ -51,12 +52,12 @@ class State:
         data["dir"] = str(self.dir)
         tmp = self.dir / ".state.json.tmp"
         tmp.write_text(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, self.dir / "state.json")
+        os.replace(tmp, self.dir / paths.STATE_FILE)
 
 
 def load(dir: Path) -> State | None:
     """The recorded state, None if there is none; a damaged record is one clear error."""
-    path = dir / "state.json"
+    path = dir / paths.STATE_FILE
     if not path.is_file():
         return None
     try:
@@ -72,8 +73,9 @@ def load(dir: Path) -> State | None:
 def for_kubeconfig(kubeconfig: str) -> State | None:
     """The local cluster a kubeconfig (or the first file of a $KUBECONFIG list) belongs
     to: the state recorded beside it, when that state's kubeconfig is this file."""
+    dir = paths.local_state_dir(kubeconfig)
+    state = load(dir) if dir is not None else None
     path = Path(kubeconfig.split(os.pathsep)[0])
-    state = load(path.parent)
     return state if state is not None and state.kubeconfig == path else None
 
 
