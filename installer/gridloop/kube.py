@@ -30,13 +30,15 @@ def api_client(
     context: str | None = None,
     pool: int = 32,
     retries: int = 3,
+    named: str = "kubeconfig",
 ) -> client.ApiClient:
     """A client for `context` (or the current one) of `kubeconfig`: one path or several
     joined with ':' as in $KUBECONFIG; with none, in a pod its ServiceAccount, elsewhere
     $KUBECONFIG or ~/.kube/config. `pool` connections for concurrent callers; a failed
     request is retried `retries` times (the CLI's commands take 0 or 1: an unreachable
     server is reported, not retried for minutes). An unreadable kubeconfig or a context
-    it does not have is a UsageError naming it."""
+    it does not have is a UsageError naming it (`named`: how the caller's user gave the
+    kubeconfig, e.g. `--kubeconfig`)."""
     conf = client.Configuration()
     try:
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -52,7 +54,7 @@ def api_client(
             raise UsageError(
                 f"--context {context}: not in the kubeconfig (contexts: {contexts(kubeconfig)})"
             ) from err
-        raise UsageError(f"kubeconfig {kubeconfig or '(default)'}: {err}") from err
+        raise UsageError(f"{named} {kubeconfig or '(default)'}: {err}") from err
     conf.connection_pool_maxsize = max(conf.connection_pool_maxsize, pool)
     conf.retries = retries
     return client.ApiClient(conf)

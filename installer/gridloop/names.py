@@ -16,3 +16,23 @@ EXPORTER_JOB = "dcgm-exporter"
 # the taint the health service quarantines a GPU node with: no model server or job may
 # tolerate it, the DCGM exporter always does (it must see the GPUs to release the node)
 QUARANTINE_TAINT_KEY = "gridloop.io/gpu-unhealthy"
+
+# the resource and node labels of NVIDIA's device plugin and GPU Feature Discovery, which
+# gridloop's simulated nodes carry as real ones do
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+# gridloop's node labels: the fleet file's site, its type (cloud, on-prem) and pool
+SITE_LABEL = "gridloop.io/site"
+SITE_TYPE_LABEL = "gridloop.io/site-type"
+POOL_LABEL = "gridloop.io/pool"
+# a node with this label set to "true" is one the health service never quarantines (the
+# policy's default opt-out label; policies/health.yaml may name another)
+OPT_OUT_LABEL = "gridloop.io/health-opt-out"
+# a model server's pods (the chart's pod template) and the revision they serve
+MODEL_LABEL = "gridloop.io/model"
+MODEL_REVISION = "gridloop.io/model-revision"
+# the objects the local cluster makes for itself (DNS, Prometheus, network policy, Kueue)
+LOCAL_COMPONENT_LABEL = "gridloop.io/local-component"

@@ -8,10 +8,11 @@ was configured with, what the rebalancer set it to, and when it did (an annotati
 
 from __future__ import annotations
 
+from gridloop import names
 from gridloop.dashboards.panels import RATE, Board, graph, q, quantiles
 
 UID = "gridloop-queues"
-GPU = 'resource="nvidia.com/gpu"'
+GPU = f'resource="{names.GPU_RESOURCE}"'
 CQ = 'cluster_queue=~"$cluster_queue"'
 FLAVOR = 'flavor=~"$flavor"'
 

@@ -32,7 +32,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gridloop import kube
+from gridloop import kube, names
 from gridloop.errors import one_line
 from gridloop.health import patches
 from gridloop.health.actions import (
@@ -247,7 +247,7 @@ def _uses_gpu(pod: Any) -> bool:
     for container in pod.spec.containers or []:
         res = container.resources
         wanted = {**((res and res.limits) or {}), **((res and res.requests) or {})}
-        if "nvidia.com/gpu" in wanted:
+        if names.GPU_RESOURCE in wanted:
             return True
     return False
 

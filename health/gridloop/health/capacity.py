@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gridloop import names
 from gridloop.health.actions import Acknowledge, Action, Quarantine, Release
 from gridloop.health.observed import NodeView, Observed
 from gridloop.health.plan import gpu_faults
 from gridloop.health.policy import Policy
 
-GPU = "nvidia.com/gpu"
+GPU = names.GPU_RESOURCE
 
 
 @dataclass(frozen=True)

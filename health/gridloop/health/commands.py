@@ -95,7 +95,7 @@ def api_client(kubeconfig: Path | None, connections: int = 0) -> client.ApiClien
     (also what the chart's hook pods use: gridloop.selftest, gridloop.hooks). One
     connection per concurrent node action and Event sender, so none is opened and thrown
     away."""
-    return kube.api_client(kubeconfig, pool=connections + 2)
+    return kube.api_client(kubeconfig, pool=connections + 2, named="--kubeconfig")
 
 
 def _listen(value: str) -> tuple[str, int]:

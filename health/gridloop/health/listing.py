@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gridloop import names
 from gridloop.health.observed import (
     ACKNOWLEDGED,
     FAULTS,
@@ -24,7 +25,7 @@ from gridloop.health.observed import (
 )
 from gridloop.health.patches import parse_iso
 
-GPU_LABEL = ("nvidia.com/gpu.present", "true")
+GPU_LABEL = (names.GPU_PRESENT_LABEL, "true")
 GPU_NODES = "=".join(GPU_LABEL)  # the label selector
 
 
@@ -40,8 +41,8 @@ def _faults(raw: str | None) -> frozenset[str]:
 
 def _gpus_expected(node: dict[str, Any]) -> int:
     labels = node["metadata"].get("labels", {})
-    raw = labels.get("nvidia.com/gpu.count") or node.get("status", {}).get("allocatable", {}).get(
-        "nvidia.com/gpu", "0"
+    raw = labels.get(names.GPU_COUNT_LABEL) or node.get("status", {}).get("allocatable", {}).get(
+        names.GPU_RESOURCE, "0"
     )
     try:
         return int(raw)
@@ -60,7 +61,7 @@ def node_view(node: dict[str, Any], opt_out_label: str) -> NodeView:
     meta = node["metadata"]
     labels, notes = meta.get("labels", {}), meta.get("annotations", {}) or {}
     pool = f"{labels.get('gridloop.io/site', '-')}/" + labels.get(
-        "gridloop.io/pool", labels.get("nvidia.com/gpu.product", "-")
+        names.POOL_LABEL, labels.get(names.GPU_PRODUCT_LABEL, "-")
     )
     record = None
     if notes.get(QUARANTINED_BY) == MANAGER and notes.get(QUARANTINED_AT):

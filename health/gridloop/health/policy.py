@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gridloop import names
+
 
 class XidAction(StrEnum):
     """What one XID code means for the GPU that reported it."""
@@ -89,7 +91,7 @@ class Policy:
     hold_down_s: float = 600.0
     taint_no_execute: bool = False
     drain: bool = False
-    opt_out_label: str = "gridloop.io/health-opt-out"
+    opt_out_label: str = names.OPT_OUT_LABEL
     limits: Limits = Limits()
     scrape_interval_s: float = 15.0
     dry_run: bool = False

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from gridloop import names
 from gridloop.chart import clashes
 from gridloop.chart.diagnosis import Check, Observed, Planned, Status, few, unread
 
-GPU = "nvidia.com/gpu"
-GPU_PRODUCT = "nvidia.com/gpu.product"  # set by GPU Feature Discovery
+GPU = names.GPU_RESOURCE
+GPU_PRODUCT = names.GPU_PRODUCT_LABEL  # set by GPU Feature Discovery
 PROMETHEUS_GROUP = "monitoring.coreos.com"
 PROMETHEUS_CRDS = {
     "ServiceMonitor": "servicemonitors.monitoring.coreos.com",

@@ -26,9 +26,10 @@ from typing import Any
 
 import yaml
 
+from gridloop import names
 from gridloop.health.queues import CONFIGURED
 
-GPU = "nvidia.com/gpu"
+GPU = names.GPU_RESOURCE
 
 Doc = dict[str, Any]
 

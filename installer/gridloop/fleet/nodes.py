@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gridloop import names
 from gridloop.fleet.catalog import GPU_MODELS
 from gridloop.fleet.schema import Fleet, SiteType, node_name
 
@@ -31,13 +32,13 @@ LABEL_ARCH = "kubernetes.io/arch"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 LABEL_REGION = "topology.kubernetes.io/region"
 LABEL_ZONE = "topology.kubernetes.io/zone"
-LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
-LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
-LABEL_GPU_COUNT = "nvidia.com/gpu.count"
-LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
-LABEL_SITE = "gridloop.io/site"
-LABEL_SITE_TYPE = "gridloop.io/site-type"
-LABEL_POOL = "gridloop.io/pool"
+LABEL_GPU_PRESENT = names.GPU_PRESENT_LABEL
+LABEL_GPU_PRODUCT = names.GPU_PRODUCT_LABEL
+LABEL_GPU_COUNT = names.GPU_COUNT_LABEL
+LABEL_GPU_MEMORY = names.GPU_MEMORY_LABEL
+LABEL_SITE = names.SITE_LABEL
+LABEL_SITE_TYPE = names.SITE_TYPE_LABEL
+LABEL_POOL = names.POOL_LABEL
 # The kwok controller is started with a node selector on this label: it manages exactly
 # the nodes gridloop simulates and leaves any real node alone.
 SIMULATED_LABEL = "gridloop.io/simulated"
@@ -47,7 +48,7 @@ SIMULATED_LABEL = "gridloop.io/simulated"
 CONTAINER_NODE_LABEL = "gridloop.io/container-node"
 CONTAINER_NODE_POOL = "system"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_GPU = names.GPU_RESOURCE
 # Every GPU node carries this taint, as the managed clouds' GPU pools do (GKE:
 # nvidia.com/gpu=present:NoSchedule): a pod that does not ask for a GPU goes to a CPU node.
 # Pods that do ask get the toleration from the API server's ExtendedResourceToleration

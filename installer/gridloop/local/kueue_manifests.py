@@ -33,6 +33,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from gridloop import names
 from gridloop.bundle.manifests import CRD, Doc, ManifestProblem, name_of
 from gridloop.local.flags import LOOPBACK, Ports
 
@@ -62,7 +63,7 @@ KEPT_KINDS = (
 METRICS_READER_ROLE = "kueue-metrics-reader"
 SCRAPER = "prometheus"  # a ServiceAccount in the health namespace
 # on the webhook configurations gridloop applied, to find them when Kueue is not wanted
-LOCAL_LABEL_KEY = "gridloop.io/local-component"
+LOCAL_LABEL_KEY = names.LOCAL_COMPONENT_LABEL
 LOCAL_LABEL = f"{LOCAL_LABEL_KEY}=kueue"
 
 

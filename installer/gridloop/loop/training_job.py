@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from gridloop import versions
+from gridloop import names, versions
 
 PROGRAM = "train_revision.py"
 MOUNT = "/home/ray/loop"
-POOL = {"gridloop.io/pool": "system"}
+POOL = {names.POOL_LABEL: "system"}
 RUN_LABEL = "gridloop.io/loop-run"
 ITERATION_LABEL = "gridloop.io/loop-iteration"
 

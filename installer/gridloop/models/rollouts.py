@@ -19,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-REVISION = "gridloop.io/model-revision"
-MODEL = "gridloop.io/model"
+from gridloop import names
+
+REVISION = names.MODEL_REVISION
+MODEL = names.MODEL_LABEL
 DEPLOYMENT_REVISION = "deployment.kubernetes.io/revision"
 HASH = "pod-template-hash"
 REASON = "RevisionNotReady"  # the Event gridloop writes on the Deployment

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gridloop import names
+
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-GPU = "nvidia.com/gpu"
+GPU = names.GPU_RESOURCE
 GENERATE_NAME = "gridloop-selftest-"
 LABELS = {"app.kubernetes.io/part-of": "gridloop", "app.kubernetes.io/component": "selftest"}
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gridloop import names
+
 SERVICE_NAME = "kubernetes.io/service-name"
 
 
@@ -38,7 +40,7 @@ JOBS = {
     "health": Job(port="metrics", selector="app.kubernetes.io/component=health"),
     # the chart's model servers (real vLLM pods on the container nodes): their Services
     # carry gridloop.io/model, and vLLM serves /metrics on the API port
-    "vllm": Job(port="http", selector="gridloop.io/model"),
+    "vllm": Job(port="http", selector=names.MODEL_LABEL),
 }
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gridloop import kube
+from gridloop import kube, names
 from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
 from gridloop.health import reading
@@ -52,8 +52,8 @@ from gridloop.status.snapshot import (
 from gridloop.status.sources import Source, local_prometheus  # noqa: F401 (re-exported)
 from gridloop.status.watching import Mirror
 
-GPU = "nvidia.com/gpu"
-GPU_NODES = "nvidia.com/gpu.present=true"
+GPU = names.GPU_RESOURCE
+GPU_NODES = f"{names.GPU_PRESENT_LABEL}=true"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 SANDBOX = ("extensions.agents.x-k8s.io", "v1alpha1")
 SANDBOX_CORE = ("agents.x-k8s.io", "v1alpha1")  # the Sandbox objects claims are bound to
@@ -64,7 +64,7 @@ POOL_LABEL = "agents.x-k8s.io/pool"
 CLAIM_UID = "agents.x-k8s.io/claim-uid"
 POD_NAME = "agents.x-k8s.io/pod-name"  # on a Sandbox: the pod it runs in
 TEMPLATE_LABEL = "gridloop.io/sandbox-template"  # the chart's template sets it
-OPT_OUT_LABEL = "gridloop.io/health-opt-out"
+OPT_OUT_LABEL = names.OPT_OUT_LABEL
 TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refresh long
 # Prometheus is asked at most this often (seconds): DCGM samples change once per scrape
 # interval (5 s locally, 15-60 s in production), and its answers at 5,000 nodes cost
@@ -103,11 +103,11 @@ def node_row(obj: dict[str, Any]) -> Node:
     by = notes.get(QUARANTINED_BY, "") if notes.get(QUARANTINED_AT) else ""
     return Node(
         name=meta["name"],
-        site=labels.get("gridloop.io/site", "-"),
-        pool=labels.get("gridloop.io/pool", "-"),
+        site=labels.get(names.SITE_LABEL, "-"),
+        pool=labels.get(names.POOL_LABEL, "-"),
         region=labels.get("topology.kubernetes.io/region", "-"),
-        product=labels.get("nvidia.com/gpu.product", "-"),
-        gpus=_int((status.get("allocatable") or {}).get(GPU) or labels.get("nvidia.com/gpu.count")),
+        product=labels.get(names.GPU_PRODUCT_LABEL, "-"),
+        gpus=_int((status.get("allocatable") or {}).get(GPU) or labels.get(names.GPU_COUNT_LABEL)),
         ready=ready,
         unschedulable=bool(spec.get("unschedulable")),
         quarantined_by=by,
@@ -233,7 +233,7 @@ def model_row(
     meta, spec = obj["metadata"], obj.get("spec") or {}
     template = spec.get("template") or {}
     tmeta = template.get("metadata") or {}
-    name = (tmeta.get("labels") or {}).get("gridloop.io/model")
+    name = (tmeta.get("labels") or {}).get(names.MODEL_LABEL)
     if not name:
         return None
     containers = (template.get("spec") or {}).get("containers") or [{}]
@@ -249,7 +249,7 @@ def model_row(
         ready=int(status.get("readyReplicas") or 0),
         endpoint=f"http://{meta['name']}.{meta.get('namespace', '')}.svc:{port}/v1",
         load_format=fmt.group(1) if fmt else "auto",
-        revision=(tmeta.get("annotations") or {}).get("gridloop.io/model-revision", ""),
+        revision=(tmeta.get("annotations") or {}).get(names.MODEL_REVISION, ""),
         gpus=gpus * int(spec.get("replicas", 1)),
         serving=tuple(r.name for r in rollout.serving) if rollout else (),
         stuck=rollout.stuck if rollout else "",

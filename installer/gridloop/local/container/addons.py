@@ -24,12 +24,13 @@ from typing import Any
 
 import yaml
 
+from gridloop import names
 from gridloop.local.container.configs import CLUSTER_DOMAIN
 
 DNS_NAMESPACE = "kube-system"
 DNS_SERVICE = "kube-dns"
 COREDNS_USER = "system:coredns"
-LOCAL_LABEL = {"gridloop.io/local-component": "cluster-dns"}
+LOCAL_LABEL = {names.LOCAL_COMPONENT_LABEL: "cluster-dns"}
 
 
 def dns_service_ip(service_cidr: str) -> str:
@@ -175,7 +176,7 @@ def dns_objects(service_cidr: str, backend: str) -> list[dict[str, Any]]:
 PROMETHEUS_NAMESPACE = "monitoring"
 PROMETHEUS_SERVICE = "kube-prometheus-stack-prometheus"
 PROMETHEUS_SERVICE_PORT = 9090
-PROMETHEUS_LABEL = {"gridloop.io/local-component": "prometheus"}
+PROMETHEUS_LABEL = {names.LOCAL_COMPONENT_LABEL: "prometheus"}
 
 
 def prometheus_objects(backend: str, port: int) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gridloop import names
 from gridloop.local import netpol_patches
 
 BINARY = "kube-network-policies"
@@ -31,7 +32,7 @@ QUEUE = 100  # upstream's default nfqueue number
 MARK = 0x10000000  # a bit kube-proxy (0x4000, 0x8000) and the kubelet do not use
 CHAIN = "GRIDLOOP-NETPOL"  # mangle; hooked from POSTROUTING and INPUT
 HOOKS = ("POSTROUTING", "INPUT")
-LOCAL_LABEL = {"gridloop.io/local-component": "network-policy"}
+LOCAL_LABEL = {names.LOCAL_COMPONENT_LABEL: "network-policy"}
 
 
 def argv(binary: Path, first_node: str, metrics_port: int) -> list[str]:
