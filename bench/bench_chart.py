@@ -38,7 +38,8 @@ from kubernetes import client
 
 from gridloop import kube, versions
 from gridloop.bundle import bundling
-from gridloop.local import building, cluster
+from gridloop.local import cluster
+from gridloop.local.build import building
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_PORT = 28900  # below the ephemeral port range; the other benches use 28400, 28500

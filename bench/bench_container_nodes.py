@@ -31,8 +31,9 @@ from pathlib import Path
 import yaml
 
 from gridloop import paths
-from gridloop.local import building, cluster
-from gridloop.local.images import gridloop_image, pushing, registry
+from gridloop.local import cluster
+from gridloop.local.build import building
+from gridloop.local.build.images import gridloop_image, pushing, registry
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_PORT = 28500  # below the ephemeral port range (32768+)

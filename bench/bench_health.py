@@ -81,7 +81,7 @@ from gridloop.fleet import dump_fleet, generate_fleet, load_fleet, planned_nodes
 from gridloop.health.listing import GPU_NODES
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
 from gridloop.health.plan import limit
-from gridloop.local import cluster, flags
+from gridloop.local import cluster, flags, ports, prometheus_config
 from gridloop.local.state import State
 from gridloop.sim.faults import FaultSet
 from gridloop.sim.injections import Injection
@@ -190,7 +190,7 @@ class Service(Served):
         name = f"bench-health-{'old-' if code else ''}{workers}.log"
         self.log = open(state.dir / name, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.url = f"http://{flags.LOOPBACK}:{state.ports.health}/metrics"
+        self.url = f"http://{ports.LOOPBACK}:{state.ports.health}/metrics"
         self.name = f"health service (see {self.log.name})"
 
     def wait_started(self, timeout: float = 60) -> None:
@@ -418,7 +418,7 @@ def scrapes_done(
 def failed_scrapes(prom: PrometheusConnect, since: float) -> int:
     """How many exporter scrapes failed since `since` (`up` 0: a timeout, here)."""
     span = int(time.time() - since) + 1
-    up = f'up{{job="{flags.EXPORTER_JOB}"}}[{span}s]'
+    up = f'up{{job="{prometheus_config.EXPORTER_JOB}"}}[{span}s]'
     answer = prom.custom_query(f"sum(count_over_time({up}) - sum_over_time({up}))")
     return int(float(answer[0]["value"][1])) if answer else 0
 
@@ -630,7 +630,7 @@ def reset_breaker(state: State) -> None:
     """`gridloop health reset-breaker`: the breaker closed and its window emptied."""
     subprocess.run(
         [str(PYTHON.parent / "gridloop"), "health", "reset-breaker", "--kubeconfig",
-         str(state.kubeconfig), "--namespace", flags.HEALTH_NAMESPACE],
+         str(state.kubeconfig), "--namespace", prometheus_config.HEALTH_NAMESPACE],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
 
@@ -678,7 +678,7 @@ def settle(prom: PrometheusConnect, nodes: int, scrape_s: int, timeout: float = 
     last interval within a quarter of the one before it (twice in a row). Returns how long
     that took."""
     began, deadline, last, steady = time.monotonic(), time.monotonic() + timeout, None, 0
-    job = flags.EXPORTER_JOB
+    job = prometheus_config.EXPORTER_JOB
 
     def value(promql: str) -> float | None:
         answer = prom.custom_query(promql)
@@ -832,9 +832,11 @@ def run_latency(
         install_chart(res.state, workdir, yaml.safe_load(fleet_file.read_text()), policy)
         print(f"chart installed in {time.monotonic() - t0:.0f}s", flush=True)
         with contextlib.suppress(client.ApiException):  # the host process's namespace
-            client.CoreV1Api(api).create_namespace({"metadata": {"name": flags.HEALTH_NAMESPACE}})
+            client.CoreV1Api(api).create_namespace(
+                {"metadata": {"name": prometheus_config.HEALTH_NAMESPACE}}
+            )
     limited_policy = _policy(workdir / "policy-limited.yaml", nodes, scrape_s, shipped_limits=True)
-    prom_url = f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}"
+    prom_url = f"http://{ports.LOOPBACK}:{res.state.ports.prometheus}"
     prom = PrometheusConnect(url=prom_url)
     pool = [p.name for p in planned_nodes(load_fleet(fleet_file))]
     random.Random(7).shuffle(pool)  # rounds take turns over every pool's nodes
@@ -978,11 +980,11 @@ def _unfiltered(policy_path: Path) -> dict[str, str]:
     from gridloop.health.signals import PRESENCE, queries
 
     out = {}
-    for family, promql in queries(load_policy(policy_path), flags.EXPORTER_JOB).items():
+    for family, promql in queries(load_policy(policy_path), prometheus_config.EXPORTER_JOB).items():
         for suffix in (" > 0", " != 0"):
             promql = promql.removesuffix(suffix)
         if family == "presence":  # the plain way: both halves, each in full
-            out["up"] = f'up{{job="{flags.EXPORTER_JOB}"}}'
+            out["up"] = f'up{{job="{prometheus_config.EXPORTER_JOB}"}}'
             out["present"] = PRESENCE
         else:
             out[family] = promql
@@ -1017,7 +1019,7 @@ def run_cycle(workdir: Path, nodes: int, scrape_s: int, cycles: int) -> dict:
                 __file__,
                 "--plain-read",
                 str(res.state.kubeconfig),
-                f"http://{flags.LOOPBACK}:{res.state.ports.prometheus}",
+                f"http://{ports.LOOPBACK}:{res.state.ports.prometheus}",
                 json.dumps(_unfiltered(policy)),
             ],
             capture_output=True,

@@ -30,7 +30,8 @@ from kubernetes import client
 
 from gridloop import kube, versions
 from gridloop.fleet import dump_fleet, generate_fleet, load_fleet, node_manifest, planned_nodes
-from gridloop.local import cluster, simulated_nodes
+from gridloop.local import cluster
+from gridloop.local.kwok import nodes as simulated_nodes
 from gridloop.local.state import State
 
 REPO = Path(__file__).resolve().parents[1]

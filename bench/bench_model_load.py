@@ -55,8 +55,8 @@ from kubernetes import client
 from kubernetes.stream import stream
 
 from gridloop import kube
-from gridloop.local import object_store
-from gridloop.local.building import binary
+from gridloop.local.addons import object_store
+from gridloop.local.build.building import binary
 from gridloop.local.state import load
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -48,7 +48,7 @@ from prometheus_api_client import PrometheusConnect
 
 from gridloop import kube, versions
 from gridloop.health.observed import TAINT_KEY
-from gridloop.local import cluster, flags
+from gridloop.local import cluster, flags, ports, prometheus_config
 from gridloop.local.state import State
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def _policy(path: Path, rebalance: bool) -> Path:
         "kind": "HealthPolicy",
         "metadata": {"name": "bench"},
         "spec": {
-            "scrapeInterval": flags.SCRAPE_INTERVAL,
+            "scrapeInterval": prometheus_config.SCRAPE_INTERVAL,
             "release": {"holdDown": "5s"},
             # every round quarantines two nodes of one 8-node pool again: a short window
             # keeps the breaker and the quota removal cap from counting earlier rounds
@@ -216,7 +216,7 @@ def run(workdir: Path, rounds: int) -> dict[str, object]:
         client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
         team = TeamQueues(api, NAMESPACE, "bench")
         team.create(QUOTA)
-        prom = PrometheusConnect(f"http://{flags.LOOPBACK}:{state.ports.prometheus}")
+        prom = PrometheusConnect(f"http://{ports.LOOPBACK}:{state.ports.prometheus}")
         for k in range(6):
             team.submit(f"fill-{k}")
         _wait(lambda: len(_idle(client.CoreV1Api(api))) == 2, "six Jobs running", 60)

@@ -44,7 +44,7 @@ from kubernetes import client
 
 from gridloop import kube
 from gridloop.fleet import CONTAINER_NODE_LABEL
-from gridloop.local.images import python_images
+from gridloop.local.build.images import python_images
 from gridloop.local.state import load
 
 NS = "agents"

@@ -36,7 +36,8 @@ from kubernetes import client
 from examples import example
 from gridloop import kube
 from gridloop.errors import BuildError
-from gridloop.local import building, cluster
+from gridloop.local import cluster
+from gridloop.local.build import building
 from gridloop.local.container import starting as container
 from gridloop.local.state import State, load
 from suite_timing import SuiteTiming

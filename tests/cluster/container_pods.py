@@ -8,7 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from gridloop.fleet import CONTAINER_NODE_LABEL
-from gridloop.local.images import table
+from gridloop.local.build.images import table
 
 NODE = "system-000"
 

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gridloop.health.policy import Limits, Policy, QuotaLimits
-from gridloop.local.flags import SCRAPE_INTERVAL
+from gridloop.local.prometheus_config import SCRAPE_INTERVAL
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 GPU = "nvidia.com/gpu"

@@ -29,7 +29,8 @@ from kubernetes.client.rest import ApiException
 
 from gridloop.bundle import bundling
 from gridloop.chart import readiness
-from gridloop.local import building, cluster
+from gridloop.local import cluster
+from gridloop.local.build import building
 
 RELEASE = "gridloop-itest"
 NAMESPACE = "gridloop-itest"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import urllib.request
 
-from gridloop.local.flags import LOOPBACK
-from gridloop.local.images import registry
+from gridloop.local.build.images import registry
+from gridloop.local.ports import LOOPBACK
 
 
 def forget(port: int, ref: str) -> None:

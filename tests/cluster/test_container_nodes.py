@@ -23,8 +23,8 @@ from gridloop import versions
 from gridloop.fleet import CONTAINER_NODE_LABEL, KWOK_NODE_ANNOTATION, SIMULATED_LABEL
 from gridloop.fleet.nodes import planned_container_nodes
 from gridloop.fleet.schema import load_fleet
+from gridloop.local.build.images import gridloop_image
 from gridloop.local.container import configs, starting
-from gridloop.local.images import gridloop_image
 from gridloop.models import rollouts
 
 pytestmark = pytest.mark.cluster

@@ -49,8 +49,9 @@ from gridloop.health.observed import STATE_LABEL
 from gridloop.health.policy import Limits, Policy, QuotaLimits
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
-from gridloop.local.building import binary
-from gridloop.local.flags import LOOPBACK, RULES_GLOB, SCRAPE_INTERVAL
+from gridloop.local.build.building import binary
+from gridloop.local.ports import LOOPBACK
+from gridloop.local.prometheus_config import RULES_GLOB, SCRAPE_INTERVAL
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kueue_platform")]
 

@@ -28,9 +28,9 @@ from kubernetes import client
 
 from gridloop.fleet import CONTAINER_NODE_LABEL
 from gridloop.health.observed import TAINT_KEY
-from gridloop.local import building
+from gridloop.local.build import building
+from gridloop.local.build.images import table
 from gridloop.local.container.layout import NodeLayout
-from gridloop.local.images import table
 
 pytestmark = pytest.mark.cluster
 

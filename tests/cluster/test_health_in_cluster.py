@@ -36,7 +36,8 @@ from health_pods import (
 )
 from platform_install import Installed
 
-from gridloop.local import building, launching
+from gridloop.local import launching
+from gridloop.local.build import building
 
 pytestmark = pytest.mark.cluster
 

@@ -19,7 +19,7 @@ from gridloop.health.actions import Hold, Quarantine, Warn
 from gridloop.health.policy import Limits, Policy
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
-from gridloop.local.flags import SCRAPE_INTERVAL
+from gridloop.local.prometheus_config import SCRAPE_INTERVAL
 
 # the control plane, kwok and the GPU-health processes: no container node needed
 pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]

@@ -34,8 +34,9 @@ from examples import example
 from gridloop.dashboards.catalog import dashboard
 from gridloop.dashboards.queries import expand, targets
 from gridloop.health.reading import connect
-from gridloop.local import object_store
-from gridloop.local.flags import LOOPBACK, SCRAPE_INTERVAL
+from gridloop.local.addons import object_store
+from gridloop.local.ports import LOOPBACK
+from gridloop.local.prometheus_config import SCRAPE_INTERVAL
 
 pytestmark = pytest.mark.cluster
 

@@ -29,7 +29,9 @@ from kubernetes import client
 from gridloop import kube
 from gridloop.bundle import bundling
 from gridloop.fleet import GPU_TOLERATION
-from gridloop.local import building, cluster, simulated_nodes
+from gridloop.local import cluster
+from gridloop.local.build import building
+from gridloop.local.kwok import nodes as simulated_nodes
 
 # a kwok-only cluster of its own: no container node, and not the shared cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]

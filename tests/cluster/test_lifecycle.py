@@ -15,8 +15,8 @@ from kubernetes import client
 
 from gridloop import kube
 from gridloop.local import cluster, processes
-from gridloop.local.flags import Ports
-from gridloop.local.images import table
+from gridloop.local.build.images import table
+from gridloop.local.ports import Ports
 
 pytestmark = pytest.mark.cluster
 

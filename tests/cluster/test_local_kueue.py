@@ -27,7 +27,7 @@ from kueue_scenario import GPU, GROUP, VERSION, gpu_job
 
 from gridloop import kube
 from gridloop.local import cluster, processes
-from gridloop.local.flags import Ports
+from gridloop.local.ports import Ports
 from gridloop.local.state import load
 
 pytestmark = pytest.mark.cluster

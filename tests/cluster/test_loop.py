@@ -39,8 +39,9 @@ from test_inference_served import Load, model_pods, openai_answers, served_root,
 
 from doc_blocks import doc_block, substituted
 from examples import EXAMPLES
-from gridloop.local import cluster, object_store
-from gridloop.local.images import locked_images
+from gridloop.local import cluster
+from gridloop.local.addons import object_store
+from gridloop.local.build.images import locked_images
 from gridloop.loop.build_tasks import LETTERS, make_suite
 from gridloop.loop.store import Store
 from gridloop.loop.trajectories import Attempt, collect_key, collect_prefix, evaluate_prefix

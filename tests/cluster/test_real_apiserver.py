@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gridloop.local import building
+from gridloop.local.build import building
 
 # the control plane, kwok and the GPU-health processes: no container node needed
 pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]

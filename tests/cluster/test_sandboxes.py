@@ -32,7 +32,7 @@ from platform_install import Installed
 
 from examples import example
 from gridloop.fleet import CONTAINER_NODE_LABEL
-from gridloop.local.images import python_images
+from gridloop.local.build.images import python_images
 
 pytestmark = pytest.mark.cluster
 

@@ -11,7 +11,9 @@ from container_pods import pod_spec
 from kubernetes import client
 
 from gridloop.fleet import load_fleet, planned_nodes
-from gridloop.local import building, simulated_nodes, stages
+from gridloop.local.build import building
+from gridloop.local.kwok import nodes as simulated_nodes
+from gridloop.local.kwok import stages
 
 pytestmark = pytest.mark.cluster
 

@@ -26,7 +26,7 @@ from platform_install import GRIDLOOP, installed_platform
 
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
-from gridloop.local import object_store
+from gridloop.local.addons import object_store
 
 pytestmark = pytest.mark.cluster
 

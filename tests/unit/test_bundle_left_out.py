@@ -25,7 +25,7 @@ from gridloop.bundle import assembling, bundling, charting, fetching
 from gridloop.bundle.bundling import Obtained
 from gridloop.bundle.sources import COMPONENTS, Source
 from gridloop.errors import BuildError, Unfetchable
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real helm, built by `gridloop local build`
 needs_helm = pytest.mark.needs_binaries("helm")

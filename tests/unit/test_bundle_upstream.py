@@ -23,7 +23,8 @@ from gridloop import versions
 from gridloop.bundle import bundling, caching, charting, fetching
 from gridloop.bundle.sources import COMPONENTS, source_for
 from gridloop.errors import BuildError
-from gridloop.local import building, sandbox_installing
+from gridloop.local.addons import sandbox_installing
+from gridloop.local.build import building
 from gridloop.versions import Component
 
 # the bundle renders Kueue and KubeRay with kubectl, built by `gridloop local build`

@@ -20,7 +20,7 @@ from chart_files import CHART, PROFILE_NAMES
 
 from gridloop.bundle import bundling
 from gridloop.errors import BuildError
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real helm 4 and 3, on a bundle rendered with kubectl: built by `gridloop local build`
 pytestmark = pytest.mark.needs_binaries("helm", "helm3", "kubectl")

@@ -25,7 +25,8 @@ from gridloop.bundle import assembling, bundling, charting
 from gridloop.chart import installing, locating, messages, records, rendering
 from gridloop.chart.values import Layer, SetSyntax, fleet_problem, parse_set, user_values
 from gridloop.errors import BuildError, UsageError
-from gridloop.local import building, cluster
+from gridloop.local import cluster
+from gridloop.local.build import building
 
 # the real helm, built by `gridloop local build`
 needs_helm = pytest.mark.needs_binaries("helm")

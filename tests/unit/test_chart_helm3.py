@@ -11,7 +11,7 @@ import yaml
 from chart_files import CHART, EVERYTHING, PROFILE_NAMES, UPSTREAM_OFF
 
 from gridloop.errors import BuildError
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real helm 4 and helm 3, built by `gridloop local build`
 pytestmark = pytest.mark.needs_binaries("helm", "helm3")

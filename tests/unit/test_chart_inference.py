@@ -22,7 +22,7 @@ from chart_files import CHART
 from gridloop import versions
 from gridloop.errors import BuildError
 from gridloop.health.observed import TAINT_KEY
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real helm, built by `gridloop local build`
 pytestmark = pytest.mark.needs_binaries("helm")

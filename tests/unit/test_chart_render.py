@@ -32,7 +32,7 @@ from gridloop.fleet.catalog import GPU_MODELS
 from gridloop.fleet.schema import load_fleet
 from gridloop.health.policy_loading import load_policy
 from gridloop.health.signals import queries
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real helm, built by `gridloop local build`
 needs_helm = pytest.mark.needs_binaries("helm")

@@ -21,8 +21,8 @@ import pytest
 from chart_files import CHART, EVERYTHING, PROFILE_NAMES, UPSTREAM_OFF
 
 from gridloop.errors import BuildError
-from gridloop.local.building import binary
-from gridloop.local.recipes import TRIVY_K8S_CONFIG
+from gridloop.local.build.building import binary
+from gridloop.local.build.recipes import TRIVY_K8S_CONFIG
 
 # Trivy's real scanner and checks, on a rendering by helm: both built by `gridloop local build`
 pytestmark = pytest.mark.needs_binaries("helm", TRIVY_K8S_CONFIG)

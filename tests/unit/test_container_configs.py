@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gridloop.local import flags
+from gridloop.local import ports
 from gridloop.local.container import configs
 from gridloop.local.container.layout import BRIDGE, NodeLayout, cluster_id, sockets_dir
 
@@ -41,7 +41,7 @@ def settings(index: int, state: Path = STATE) -> tuple[NodeLayout, configs.NodeS
         node_ip=f"10.200.{index}.1",
         pod_cidr=pod_cidr,
         pod_subnet=POD_SUBNET,
-        service_cidr=flags.SERVICE_CIDR,
+        service_cidr=ports.SERVICE_CIDR,
         healthz_port=26414 + index,
         registry=REGISTRY,
         pause_image=PAUSE,
@@ -278,7 +278,7 @@ def test_pods_are_routed_to_the_service_range_and_the_metadata_address_only() ->
     ipam = bridge(0)["ipam"]
 
     # the metadata address is on the host's bridge, where nothing listens (hostnet.py)
-    assert ipam["routes"] == [{"dst": flags.SERVICE_CIDR}, {"dst": "169.254.169.254/32"}]
+    assert ipam["routes"] == [{"dst": ports.SERVICE_CIDR}, {"dst": "169.254.169.254/32"}]
     assert all(route["dst"] not in ("0.0.0.0/0", "::/0") for route in ipam["routes"])
 
 
@@ -379,7 +379,7 @@ def test_the_kubelet_serves_on_the_nodes_address_and_its_health_on_loopback() ->
     assert doc["address"] == s.node_ip
     assert doc["port"] == configs.KUBELET_PORT
     assert doc["readOnlyPort"] == 0
-    assert (doc["healthzBindAddress"], doc["healthzPort"]) == (flags.LOOPBACK, s.healthz_port)
+    assert (doc["healthzBindAddress"], doc["healthzPort"]) == (ports.LOOPBACK, s.healthz_port)
     assert doc["tlsCertFile"] == str(layout.pki / "kubelet-serving.crt")
     assert doc["tlsPrivateKeyFile"] == str(layout.pki / "kubelet-serving.key")
 

@@ -15,7 +15,7 @@ from gridloop.dashboards import rules
 from gridloop.dashboards.fleet_health import per_gpu
 from gridloop.dashboards.queries import expand
 from gridloop.errors import BuildError
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real promtool, on rules rendered by helm: both from `gridloop local build`
 pytestmark = pytest.mark.needs_binaries("helm", "promtool")

@@ -10,8 +10,8 @@ import pytest
 
 from gridloop.dashboards.fetching import check_url, query_range
 from gridloop.errors import UsageError
-from gridloop.local import flags
-from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local import prometheus_config
+from gridloop.local.ports import LOOPBACK, Ports
 from gridloop.sim.workloads import (
     MODELS,
     render_agent_sandbox,
@@ -81,7 +81,7 @@ def test_an_unknown_pod_is_not_simulated() -> None:
 def test_local_prometheus_scrapes_the_workloads_health_and_loads_rules() -> None:
     ports = Ports.from_base(BASE)
 
-    config = flags.prometheus_config(
+    config = prometheus_config.prometheus_config(
         ports, ["a-0"], places={"a-0": ("us-east", "h100")}, workloads=True
     )
 

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gridloop.local import flags
-from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local import flags, ports, prometheus_config
+from gridloop.local.ports import LOOPBACK, Ports
 
 BASE = 41000  # never bound: these tests only build argv
 PKI = Path("/state/pki")
@@ -120,7 +120,7 @@ def test_each_process_uses_its_own_port(process: str, flag: str, expected: str) 
     assert flag_values(argvs(Ports.from_base(BASE))[process])[flag] == expected
 
 
-@pytest.mark.parametrize("base", [1024, flags.DEFAULT_BASE_PORT, 41000, 65535 - 43])
+@pytest.mark.parametrize("base", [1024, ports.DEFAULT_BASE_PORT, 41000, 65535 - 43])
 def test_ports_from_base_are_distinct_and_apiserver_is_base_plus_43(base: int) -> None:
     ports = Ports.from_base(base)
 
@@ -163,10 +163,10 @@ def test_by_process_names_every_control_plane_process() -> None:
 def test_the_default_ports_lie_below_the_kernels_ephemeral_range() -> None:
     """32768-60999 is where the kernel picks the local port of every outgoing connection:
     a port there may be held by any client, and then no server can bind it."""
-    ports = Ports.from_base(flags.DEFAULT_BASE_PORT).by_process().values()
+    used = Ports.from_base(ports.DEFAULT_BASE_PORT).by_process().values()
 
-    assert min(ports) == flags.DEFAULT_BASE_PORT
-    assert max(ports) < 32768
+    assert min(used) == ports.DEFAULT_BASE_PORT
+    assert max(used) < 32768
 
 
 @pytest.mark.parametrize(
@@ -180,16 +180,16 @@ def test_the_default_ports_lie_below_the_kernels_ephemeral_range() -> None:
 def test_a_container_nodes_processes_are_named_for_the_node(
     kind: str, index: int, name: str
 ) -> None:
-    assert flags.node_process(kind, index) == name
-    assert kind in flags.CONTAINER_NODE_PROCESSES
+    assert ports.node_process(kind, index) == name
+    assert kind in ports.CONTAINER_NODE_PROCESSES
 
 
-@pytest.mark.parametrize("index", range(flags.MAX_CONTAINER_NODES))
+@pytest.mark.parametrize("index", range(ports.MAX_CONTAINER_NODES))
 def test_each_container_nodes_kubelet_has_its_own_healthz_port(index: int) -> None:
     ports = Ports.from_base(BASE)
 
     assert ports.kubelet_healthz(index) == BASE + 14 + index
-    assert ports.used_by([flags.node_process("kubelet", index)]) == {
+    assert ports.used_by([ports.node_process("kubelet", index)]) == {
         f"kubelet/system-{index:03d} (healthz)": BASE + 14 + index
     }
 
@@ -200,10 +200,10 @@ def test_the_registry_has_its_own_port_and_comes_with_no_other_process() -> None
 
 def test_prometheus_scrapes_each_simulated_exporter_as_its_own_target_on_loopback() -> None:
     ports = Ports.from_base(BASE)
-    config = flags.prometheus_config(ports, ["a-0", "b-1"])
+    config = prometheus_config.prometheus_config(ports, ["a-0", "b-1"])
 
     [job] = config["scrape_configs"]  # type: ignore[index]
-    assert job["job_name"] == flags.EXPORTER_JOB
+    assert job["job_name"] == prometheus_config.EXPORTER_JOB
     groups = job["static_configs"]
     assert [g["labels"]["node"] for g in groups] == ["a-0", "b-1"]
     assert {t for g in groups for t in g["targets"]} == {f"{LOOPBACK}:{ports.dcgm_sim}"}
@@ -212,10 +212,10 @@ def test_prometheus_scrapes_each_simulated_exporter_as_its_own_target_on_loopbac
 
 def test_a_benchmarks_prometheus_settings_go_into_the_config_it_starts_with() -> None:
     ports = Ports.from_base(BASE)
-    default = flags.prometheus_config(ports, ["a-0"])["global"]
+    default = prometheus_config.prometheus_config(ports, ["a-0"])["global"]
     settings = {"scrape_interval": "15s", "query_log_file": "/tmp/q.log"}
 
-    config = flags.prometheus_config(ports, ["a-0"], settings=settings)
+    config = prometheus_config.prometheus_config(ports, ["a-0"], settings=settings)
 
     assert default == {"scrape_interval": "5s", "evaluation_interval": "5s"}
     assert config["global"] == {**default, **settings}

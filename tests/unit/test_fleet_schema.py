@@ -14,7 +14,7 @@ import yaml
 from examples import example
 from gridloop.fleet import GPU_MODELS, ContainerNodes, FleetError, load_fleet, parse_fleet, schema
 from gridloop.fleet.schema import SERVICE_RANGE, SIMULATED_POD_RANGE
-from gridloop.local import flags
+from gridloop.local import ports
 
 REPO = Path(__file__).parents[2]
 DEFAULT_FLEET = example("fleets/default.yaml")
@@ -392,8 +392,8 @@ def test_every_bad_container_nodes_block_gives_exactly_one_line(
 
 
 def test_ranges_the_pod_subnet_must_avoid_are_the_ones_the_cluster_uses() -> None:
-    assert ip_network(SERVICE_RANGE) == ip_network(flags.SERVICE_CIDR)
-    assert ip_network(SIMULATED_POD_RANGE) == ip_network(flags.POD_CIDR, strict=False)
+    assert ip_network(SERVICE_RANGE) == ip_network(ports.SERVICE_CIDR)
+    assert ip_network(SIMULATED_POD_RANGE) == ip_network(ports.POD_CIDR, strict=False)
 
 
 def test_the_charts_schema_bounds_the_container_node_quota_as_the_fleet_schema_does() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gridloop.local.gomod import (
+from gridloop.local.build.gomod import (
     WrapperModule,
     directive,
     locally_replaced_modules,

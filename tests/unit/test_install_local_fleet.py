@@ -12,7 +12,7 @@ import yaml
 from gridloop.chart import objects
 from gridloop.chart.local_fleet import VALUES_FILE, with_local_fleet
 from gridloop.chart.rendering import Request
-from gridloop.local.flags import Ports
+from gridloop.local.ports import Ports
 from gridloop.local.state import State
 
 FLEET = {"apiVersion": "gridloop.io/v1alpha1", "kind": "Fleet", "sites": [{"name": "x"}]}

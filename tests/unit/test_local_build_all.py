@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import threading
 
-from gridloop.local import building, commands
-from gridloop.local.images import gridloop_image, locked_images, pushing
+from gridloop.local import commands
+from gridloop.local.build import building
+from gridloop.local.build.images import gridloop_image, locked_images, pushing
 
 
 def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys, tmp_path):

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from gridloop import versions
+from gridloop.local.build.images import registry, table
+from gridloop.local.build.images.table import Image
 from gridloop.local.container import configs
-from gridloop.local.images import registry, table
-from gridloop.local.images.table import Image
 
 PAUSE = "3.10.1"
 

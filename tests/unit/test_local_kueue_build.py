@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gridloop import versions
-from gridloop.local.gomod import wrapper_for
-from gridloop.local.patches import PatchMismatch, SourcePatch, apply_patch, overlay_document
-from gridloop.local.recipes import (
+from gridloop.local.build.gomod import wrapper_for
+from gridloop.local.build.overlays import PatchMismatch, SourcePatch, apply_patch, overlay_document
+from gridloop.local.build.recipes import (
     KUEUE_METRICS_CERT_ENV,
     KUEUE_PATCHES,
     KUEUE_VISIBILITY_CERT_ENV,

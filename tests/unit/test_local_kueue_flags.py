@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gridloop.local import flags
-from gridloop.local.flags import LOOPBACK, Ports
-from gridloop.local.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
+from gridloop.local import flags, prometheus_config
+from gridloop.local.build.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
+from gridloop.local.ports import LOOPBACK, Ports
 
 BASE = 41000  # never bound: these tests only build argv and configs
 
@@ -63,10 +63,12 @@ def test_kueue_reads_metrics_and_visibility_certificates_from_the_given_folder()
 def test_prometheus_scrapes_kueue_over_https_with_a_bearer_token_file() -> None:
     ports = Ports.from_base(BASE)
 
-    config = flags.prometheus_config(ports, ["a-0"], Path("/s/token"), Path("/s/ca.crt"))
+    config = prometheus_config.prometheus_config(
+        ports, ["a-0"], Path("/s/token"), Path("/s/ca.crt")
+    )
 
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}  # type: ignore[attr-defined]
-    assert set(jobs) == {flags.EXPORTER_JOB, "kueue"}
+    assert set(jobs) == {prometheus_config.EXPORTER_JOB, "kueue"}
     assert jobs["kueue"] == {
         "job_name": "kueue",
         "scheme": "https",
@@ -77,6 +79,6 @@ def test_prometheus_scrapes_kueue_over_https_with_a_bearer_token_file() -> None:
 
 
 def test_without_kueue_prometheus_scrapes_only_the_exporters() -> None:
-    config = flags.prometheus_config(Ports.from_base(BASE), ["a-0"])
+    config = prometheus_config.prometheus_config(Ports.from_base(BASE), ["a-0"])
 
-    assert [j["job_name"] for j in config["scrape_configs"]] == [flags.EXPORTER_JOB]  # type: ignore[attr-defined]
+    assert [j["job_name"] for j in config["scrape_configs"]] == [prometheus_config.EXPORTER_JOB]  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ import yaml
 
 from gridloop.errors import BuildError
 from gridloop.fleet import FleetError, KueueOptions, load_fleet, parse_fleet
-from gridloop.local.building import binary
+from gridloop.local.build.building import binary
 
 # the real helm, built by `gridloop local build`
 needs_helm = pytest.mark.needs_binaries("helm")

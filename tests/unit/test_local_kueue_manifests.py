@@ -11,14 +11,14 @@ from gridloop import versions
 from gridloop.bundle import caching
 from gridloop.bundle.manifests import ManifestProblem, parse
 from gridloop.bundle.sources import source_for
-from gridloop.local import kueue_manifests
-from gridloop.local.flags import Ports
-from gridloop.local.kueue_manifests import (
+from gridloop.local.addons import kueue_manifests
+from gridloop.local.addons.kueue_manifests import (
     LOCAL_LABEL_KEY,
     controller_config,
     local_objects,
     loopback_client_config,
 )
+from gridloop.local.ports import Ports
 
 CA = "Q0EK"
 PORT = 41009

@@ -15,9 +15,9 @@ import pytest
 
 from gridloop import versions
 from gridloop.errors import BuildError
-from gridloop.local import building
-from gridloop.local.patches import SourcePatch, apply_patch
-from gridloop.local.recipes import (
+from gridloop.local.build import building
+from gridloop.local.build.overlays import SourcePatch, apply_patch
+from gridloop.local.build.recipes import (
     GVISOR_PATCHES,
     PAUSE_MAKEFILE,
     PAUSE_SOURCE,

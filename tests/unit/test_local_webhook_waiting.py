@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from gridloop.local.webhook_waiting import (
+from gridloop.local.addons.webhook_waiting import (
     Hook,
     ServiceRef,
     blocking_webhooks,

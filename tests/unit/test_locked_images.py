@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gridloop import versions
-from gridloop.local import building
-from gridloop.local.images import buildah, gridloop_image, locked_images
+from gridloop.local.build import building
+from gridloop.local.build.images import buildah, gridloop_image, locked_images
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 IMAGE_DIR = IMAGES / "vllm-cpu"

@@ -240,7 +240,8 @@ def _free_port() -> int:
 def store(tmp_path, monkeypatch) -> Iterator[object]:
     """versitygw as `gridloop local up` starts it (object_store.py), over a temporary
     state folder, with boto3's environment pointing at it."""
-    from gridloop.local import building, object_store
+    from gridloop.local.addons import object_store
+    from gridloop.local.build import building
 
     port = _free_port()
     object_store.prepare(tmp_path)

@@ -134,7 +134,7 @@ def _free_port() -> int:
 @pytest.fixture
 def object_store(tmp_path):
     """A real versitygw over a temporary folder with a `models` bucket."""
-    from gridloop.local import building
+    from gridloop.local.build import building
 
     port = _free_port()
     (tmp_path / "data" / "models").mkdir(parents=True)

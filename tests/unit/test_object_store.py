@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import stat
 
-from gridloop.local import object_store
-from gridloop.local.flags import Ports
+from gridloop.local.addons import object_store
+from gridloop.local.ports import Ports
 from gridloop.names import DEFAULT_NAMESPACE
 
 

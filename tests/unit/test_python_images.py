@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from gridloop import versions
-from gridloop.local.images import python_images
+from gridloop.local.build.images import python_images
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 The exposition texts are the simulator's own (`render_node` with `--label-shape`). What is
 simulated here is Prometheus: a scrape adds the target's labels, taken from the local
-cluster's own scrape config (`flags.prometheus_config`: `job`, `instance` and `node`,
+cluster's own scrape config (`prometheus_config.prometheus_config`: `job`, `instance` and `node`,
 which models the chart's ServiceMonitor relabeling the pod's node into `node`), and the
 health service's own instant queries (`signals.queries`: presence, `up`, `up == 0`,
 `METRIC != 0`)
@@ -38,8 +38,8 @@ from gridloop.health.policy import (
 )
 from gridloop.health.reading import Sample, baseline, with_faults
 from gridloop.health.signals import BACKGROUND_FAMILIES, EVENTS_AND_DOWN, queries
-from gridloop.local import flags
-from gridloop.local.building import binary
+from gridloop.local import ports, prometheus_config
+from gridloop.local.build.building import binary
 from gridloop.sim import commands
 from gridloop.sim import metrics as m
 from gridloop.sim import server as sim_server
@@ -70,7 +70,7 @@ FIRST, SECOND = NODES
 GPUS = {n.name: n.gpus for n in NODES}
 VIEWS = {n.name: NodeView(n.name, "us-east/h100", n.gpus) for n in NODES}
 POLICY = Policy()
-QUERIES = queries(POLICY, flags.EXPORTER_JOB)
+QUERIES = queries(POLICY, prometheus_config.EXPORTER_JOB)
 HEALTHY = FaultSet()
 PODS = [pod_name(n.name) for n in NODES]
 Labels = dict[str, str]
@@ -202,15 +202,17 @@ def test_the_server_refuses_a_bad_shape_in_one_line_before_reading_the_fleet(
 def target_labels(node: PlannedNode, with_node: bool = True) -> Labels:
     """The labels the local Prometheus attaches to this node's exporter target; without
     `node` when `with_node` is false, as a scrape without the node relabeling."""
-    config: Any = flags.prometheus_config(
-        flags.Ports.from_base(flags.DEFAULT_BASE_PORT), [n.name for n in NODES]
+    config: Any = prometheus_config.prometheus_config(
+        ports.Ports.from_base(ports.DEFAULT_BASE_PORT), [n.name for n in NODES]
     )
-    job = next(j for j in config["scrape_configs"] if j["job_name"] == flags.EXPORTER_JOB)
+    job = next(
+        j for j in config["scrape_configs"] if j["job_name"] == prometheus_config.EXPORTER_JOB
+    )
     target = next(t for t in job["static_configs"] if t["labels"]["node"] == node.name)
     labels = {k: v for k, v in target["labels"].items() if not k.startswith("__")}
     if not with_node:
         del labels["node"]
-    return {"job": flags.EXPORTER_JOB, **labels}
+    return {"job": prometheus_config.EXPORTER_JOB, **labels}
 
 
 def scrape(text: str, target: Labels) -> list[tuple[Labels, float]]:
@@ -335,7 +337,7 @@ def test_pod_named_series_without_the_scrapes_node_hold_and_quarantine_nothing(
         if targets == "local":
             return target_labels(n, with_node=False)
         address = f"10.0.0.{NODES.index(n) + 10}:9400"
-        return {"job": flags.EXPORTER_JOB, "instance": address, "pod": pod_name(n.name)}
+        return {"job": prometheus_config.EXPORTER_JOB, "instance": address, "pod": pod_name(n.name)}
 
     obs = read([(n, PODNAME, target(n)) for n in NODES], xid(SECOND, 1, 79))
 

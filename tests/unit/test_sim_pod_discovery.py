@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gridloop.chart import readiness
-from gridloop.local import flags
+from gridloop.local import flags, prometheus_config
 from gridloop.local.container import addons
-from gridloop.local.flags import Ports
+from gridloop.local.ports import Ports
 from gridloop.sim.pod_discovery import JOBS, targets
 
 
@@ -66,7 +66,9 @@ def test_the_jobs_name_kueues_metrics_service_and_the_charts_health_component() 
 def test_with_container_nodes_prometheus_finds_kueue_and_health_pods_through_discovery() -> None:
     ports = Ports.from_base(41000)
 
-    config = flags.prometheus_config(ports, ["a-0"], Path("/s/token"), workloads=True, pods=True)
+    config = prometheus_config.prometheus_config(
+        ports, ["a-0"], Path("/s/token"), workloads=True, pods=True
+    )
 
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}  # type: ignore[attr-defined]
     sd = f"http://127.0.0.1:{ports.dcgm_sim}/discovery/"

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gridloop.local import flags
-from gridloop.local.stages import DURATION_ANNOTATION, NOT_READY_LABEL, kwok_config
+from gridloop.local.kwok.stages import DURATION_ANNOTATION, NOT_READY_LABEL, kwok_config
 
 STAGE_NAMES = [
     "node-initialize",

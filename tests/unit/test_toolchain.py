@@ -11,7 +11,7 @@ import pytest
 
 from gridloop import paths, toolchain, versions
 from gridloop.errors import UsageError
-from gridloop.local import building, recipes
+from gridloop.local.build import building, recipes
 
 FAKE_HELM = "#!/bin/sh\necho v4.3.0\n"
 

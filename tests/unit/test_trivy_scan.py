@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gridloop import versions
-from gridloop.local import building
-from gridloop.local.recipes import (
+from gridloop.local.build import building
+from gridloop.local.build.recipes import (
     TRIVY_K8S_CONFIG,
     TRIVY_K8S_CONFIG_MAIN,
     binary_names,

@@ -11,7 +11,7 @@ import yaml
 
 from gridloop import versions
 from gridloop.errors import UsageError
-from gridloop.local.recipes import RECIPES, Recipe, binary_names, recipe_for
+from gridloop.local.build.recipes import RECIPES, Recipe, binary_names, recipe_for
 
 REPO = Path(__file__).parents[2]
 SEMVER = re.compile(r"v\d+\.\d+\.\d+")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop import versions
-from gridloop.local.images import python_images
+from gridloop.local.build.images import python_images
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gridloop.local import kueue_manifests
+from gridloop.local.addons import kueue_manifests
 
 VALIDITY = dt.timedelta(days=365)
 SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range

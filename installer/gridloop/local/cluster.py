@@ -25,24 +25,20 @@ from gridloop import kube, resources
 from gridloop.bundle.sources import source_for
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import Fleet, FleetError, load_fleet, planned_nodes
-from gridloop.local import (
+from gridloop.local import certs, flags, launching, ports, processes, prometheus_config
+from gridloop.local.addons import (
     applying,
-    building,
-    certs,
-    flags,
     kueue_installing,
     kueue_manifests,
-    launching,
     object_store,
-    processes,
-    recipes,
     sandbox_installing,
-    simulated_nodes,
-    stages,
 )
+from gridloop.local.build import building, recipes
 from gridloop.local.container import addons, network_policy, sweeping
 from gridloop.local.container import starting as container
-from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local.kwok import nodes as simulated_nodes
+from gridloop.local.kwok import stages
+from gridloop.local.ports import LOOPBACK, Ports
 from gridloop.local.processes import Proc
 from gridloop.local.state import State, load
 
@@ -192,10 +188,10 @@ def up(
         if not nodes:
             _converge_agent_sandbox(state, binaries, say)
         if gpu_health:
-            _ensure_namespace(api, flags.HEALTH_NAMESPACE)
+            _ensure_namespace(api, prometheus_config.HEALTH_NAMESPACE)
             if kueue or nodes:  # the chart's Kueue pod is scraped with it too
                 kueue_installing.write_scraper_token(
-                    api, flags.HEALTH_NAMESPACE, launching.kueue_token(state)
+                    api, prometheus_config.HEALTH_NAMESPACE, launching.kueue_token(state)
                 )
             _start_all(state, binaries, say, service)
             _wait_first_scrape(state.ports, say)
@@ -210,7 +206,7 @@ def push_new_images(state_dir: Path) -> str | None:
     holds an older build of) and say which in one line; None when no such cluster runs.
     Its nodes pull from that registry only, so an image built after `up` must go there
     before an install can use it."""
-    from gridloop.local.images import pushing
+    from gridloop.local.build.images import pushing
 
     state = load(state_dir)
     if state is None or not fully_running(state) or REGISTRY not in state.components:
@@ -227,7 +223,7 @@ def _start_container_nodes(
     state: State, fleet: Fleet, binaries: dict[str, Path], api: client.ApiClient, say: Say
 ) -> None:
     """The registry, the images the nodes need, then each node's containerd and kubelet."""
-    from gridloop.local.images import pushing
+    from gridloop.local.build.images import pushing
 
     _start_all(state, binaries, say, (REGISTRY, OBJECT_STORE))
     t0 = time.monotonic()
@@ -257,7 +253,7 @@ def _start_container_nodes(
     if untainted := container.drop_old_taint(api, names):
         say(f"container nodes: an older gridloop's taint removed from {', '.join(untainted)}")
     first = container.nodes(fleet, state.dir)[0].planned
-    objects = addons.dns_objects(flags.SERVICE_CIDR, first.node_ip)
+    objects = addons.dns_objects(ports.SERVICE_CIDR, first.node_ip)
     objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)
     objects += network_policy.rbac_objects()
     objects += object_store.cluster_objects(
@@ -302,7 +298,7 @@ def _wait_webhooks(api: client.ApiClient, say: Say) -> None:
     refuses every request they match (a Deployment, a Job)."""
     import json
 
-    from gridloop.local import webhook_waiting
+    from gridloop.local.addons import webhook_waiting
 
     admission = client.AdmissionregistrationV1Api(api)
     configs = []
@@ -339,7 +335,7 @@ def _wait_first_scrape(ports: Ports, say: Say) -> None:
     from gridloop.health import reading
 
     prom = reading.connect(f"http://{LOOPBACK}:{ports.prometheus}")
-    query = {"up": f'up{{job="{flags.EXPORTER_JOB}"}}'}
+    query = {"up": f'up{{job="{prometheus_config.EXPORTER_JOB}"}}'}
     deadline = time.monotonic() + FIRST_SCRAPE_TIMEOUT
     while time.monotonic() < deadline:
         answers = reading.read(prom, query)
@@ -369,7 +365,7 @@ def _binaries(say: Say, gpu_health: bool, kueue: bool, nodes: bool) -> dict[str,
     names += (KUEUE,) if kueue else ()
     names += (AGENT_SANDBOX_BINARY,)
     if nodes:
-        from gridloop.local.images import pushing
+        from gridloop.local.build.images import pushing
 
         names += (*container.BINARIES, "registry", object_store.BINARY, *pushing.BINARIES)
         names += SERVICES
@@ -420,7 +416,7 @@ def _prepare(
     pods = fleet.container_nodes is not None
     token = launching.kueue_token(state) if fleet.kueue.enabled or pods else None
     places = {p.name: (p.site, p.pool) for p in planned}
-    scrape = flags.prometheus_config(
+    scrape = prometheus_config.prometheus_config(
         state.ports,
         nodes,
         token,

@@ -14,8 +14,10 @@ from typing import Any
 from gridloop import kube, paths
 from gridloop.errors import ClusterError, UsageError
 from gridloop.fleet import FleetError, dump_fleet, generate_fleet
-from gridloop.local import cluster, flags, object_store, processes, simulated_nodes
-from gridloop.local.flags import DEFAULT_BASE_PORT
+from gridloop.local import cluster, flags, processes
+from gridloop.local.addons import object_store
+from gridloop.local.kwok import nodes as simulated_nodes
+from gridloop.local.ports import DEFAULT_BASE_PORT
 from gridloop.local.state import load
 
 
@@ -151,7 +153,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_stop_node(args: argparse.Namespace) -> int:
-    from gridloop.local.node_stopping import stop_node
+    from gridloop.local.container.stopping import stop_node
 
     done = stop_node(_state_dir(args), args.name, kubelet_only=args.kubelet_only)
     kubelet = "kubelet stopped" if done.kubelet else "kubelet was not running"

@@ -12,8 +12,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from gridloop import paths
-from gridloop.local import building
-from gridloop.local.building import Progress
+from gridloop.local.build import building
+from gridloop.local.build.building import Progress
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,7 +73,7 @@ ALL = "all"
 def cmd_build(args: argparse.Namespace) -> int:
     printer = _BuildPrinter()
     print(f"building into {paths.cache_root()}", flush=True)
-    from gridloop.local.images import gridloop_image, locked_images
+    from gridloop.local.build.images import gridloop_image, locked_images
 
     everything = ALL in args.components
     heavy = tuple(locked_images.by_name(c) for c in args.components if c in locked_images.names())
@@ -93,7 +93,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         if named or everything or not args.components:
             building.build(named or None, printer)
         if IMAGES in args.components or everything or not args.components:
-            from gridloop.local.images import pushing
+            from gridloop.local.build.images import pushing
 
             print("images (buildah, FROM scratch and gridloop's Containerfile):", flush=True)
             binaries = {name: building.binary(name) for name in pushing.BINARIES}

@@ -11,147 +11,22 @@ cluster, and why:
 - simulated nodes report 127.0.0.1 as their address and kwok's port as their
   kubelet port, so `kubectl logs` never leaves the machine.
 - simulated nodes post their status every 5 minutes, as kubelets do when nothing
-  changed, but renew no Lease (see stages.py); so the controller-manager's grace
+  changed, but renew no Lease (see kwok/stages.py); so the controller-manager's grace
   period is 400 s, longer than that report period (the default is 50 s).
   Nothing in the simulator waits for it: a failed node is made with a label.
 - Kueue's listeners (webhooks, metrics, health probes, visibility server) are set
-  in its config file (kueue_manifests.py), not by flags, each on its own port.
+  in its config file (addons/kueue_manifests.py), not by flags, each on its own port.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gridloop import names
-from gridloop.fleet import schema
+from gridloop.local.ports import LOOPBACK, POD_CIDR, SERVICE_CIDR, Ports
+from gridloop.local.prometheus_config import EXPORTER_JOB, HEALTH_NAMESPACE, LABEL_SHAPE
 
-LOOPBACK = "127.0.0.1"
-# the ranges the fleet schema keeps container pods out of (fleet/schema.py holds them)
-SERVICE_CIDR = schema.SERVICE_RANGE
-# kwok hands out fake pod IPs from here; nothing connects to them
-_PODS = ipaddress.ip_network(schema.SIMULATED_POD_RANGE)
-POD_CIDR = f"{_PODS.network_address + 1}/{_PODS.prefixlen}"  # kwok's --cidr: its gateway
 NODE_MONITOR_GRACE = "400s"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
-
-_OFFSETS = {
-    "etcd": 0,
-    "etcd_peer": 1,
-    "kwok": 2,
-    "controller_manager": 3,
-    "scheduler": 4,
-    "dcgm_sim": 5,
-    "prometheus": 6,
-    "health": 7,
-    "kueue": 8,  # Kueue's health probes (/healthz, /readyz)
-    "kueue_webhook": 9,
-    "kueue_metrics": 10,
-    "kueue_visibility": 11,
-    "agent_sandbox": 12,  # agent-sandbox's controller's health probes (/healthz, /readyz)
-    "registry": 13,  # the local image registry (container nodes pull from it)
-    # each container node's kubelet's /healthz (its API listens on the node's own address)
-    "kubelet_0": 14,
-    "kubelet_1": 15,
-    "kubelet_2": 16,
-    "kube_proxy": 17,  # its /healthz
-    "kube_proxy_metrics": 18,
-    "coredns": 19,  # its /health
-    "coredns_ready": 20,  # its /ready: the kubernetes plugin has synced
-    "netpol_metrics": 21,  # kube-network-policies' /metrics
-    "object_store": 22,  # the object store's S3 API (object_store.py)
-    "apiserver": 43,
-}
-# Below the kernel's ephemeral port range (32768-60999 by default): a port in it can be
-# held by any process's outgoing connection (Prometheus' scrapes, the API server's watch
-# of etcd), and then no server can bind it, SO_REUSEADDR or not.
-DEFAULT_BASE_PORT = 26400
-MAX_CONTAINER_NODES = 3
-CONTAINER_NODE_PROCESSES = ("containerd", "kubelet")
-
-
-@dataclass(frozen=True)
-class Ports:
-    etcd: int
-    etcd_peer: int
-    kwok: int
-    controller_manager: int
-    scheduler: int
-    dcgm_sim: int
-    prometheus: int
-    health: int
-    kueue: int
-    kueue_webhook: int
-    kueue_metrics: int
-    kueue_visibility: int
-    agent_sandbox: int
-    registry: int
-    kubelet_0: int
-    kubelet_1: int
-    kubelet_2: int
-    kube_proxy: int
-    kube_proxy_metrics: int
-    coredns: int
-    coredns_ready: int
-    netpol_metrics: int
-    object_store: int
-    apiserver: int
-
-    @classmethod
-    def from_base(cls, base: int) -> Ports:
-        if not 1024 <= base <= 65535 - max(_OFFSETS.values()):
-            raise ValueError(
-                f"--base-port {base} out of range 1024..{65535 - max(_OFFSETS.values())}"
-            )
-        return cls(**{name: base + off for name, off in _OFFSETS.items()})
-
-    def by_process(self) -> dict[str, int]:
-        """Every port and the process that listens on it, for checks and `status`."""
-        names = {
-            "etcd": "etcd",
-            "etcd_peer": "etcd (peer)",
-            "kwok": "kwok",
-            "controller_manager": "kube-controller-manager",
-            "scheduler": "kube-scheduler",
-            "dcgm_sim": "dcgm-sim",
-            "prometheus": "prometheus",
-            "health": "gridloop-health",
-            "kueue": "kueue",
-            "kueue_webhook": "kueue (webhook)",
-            "kueue_metrics": "kueue (metrics)",
-            "kueue_visibility": "kueue (visibility)",
-            "agent_sandbox": "agent-sandbox",
-            "registry": "registry",
-            **{f"kubelet_{i}": f"{node_process('kubelet', i)} (healthz)" for i in range(3)},
-            "kube_proxy": "kube-proxy",
-            "kube_proxy_metrics": "kube-proxy (metrics)",
-            "coredns": "coredns",
-            "coredns_ready": "coredns (ready)",
-            "netpol_metrics": "kube-network-policies",
-            "object_store": "object-store",
-            "apiserver": "kube-apiserver",
-        }
-        return {names[k]: v for k, v in asdict(self).items()}
-
-    def kubelet_healthz(self, index: int) -> int:
-        return int(getattr(self, f"kubelet_{index}"))
-
-    def used_by(self, processes: list[str]) -> dict[str, int]:
-        """The ports these processes listen on (`etcd (peer)` comes with etcd, and so on)."""
-        return {
-            owner: port
-            for owner, port in self.by_process().items()
-            if owner.split(" (")[0] in processes
-        }
-
-
-def node_process(kind: str, index: int) -> str:
-    """The process name of container node `index`'s containerd or kubelet."""
-    from gridloop.fleet.nodes import container_node_name
-
-    return f"{kind}/{container_node_name(index)}"
 
 
 def etcd(binary: Path, ports: Ports, data_dir: Path) -> list[str]:
@@ -321,16 +196,6 @@ def kwok(binary: Path, ports: Ports, pki: Path, config: Path, node_label: str) -
     ]
 
 
-SCRAPE_INTERVAL = "5s"
-# gridloop.sim.label_shapes: what the chart's exporter at the pinned 4.6.0-4.8.3 writes
-# with NODE_NAME (4.8.3 renamed Hostname to hostname; err_code/err_msg on XIDs)
-LABEL_SHAPE = "lowercase"
-EXPORTER_JOB = names.EXPORTER_JOB
-KUEUE_JOB = "kueue"
-# the chart's: where a host health process keeps its state
-HEALTH_NAMESPACE = names.DEFAULT_NAMESPACE
-
-
 def dcgm_sim(
     python: Path, ports: Ports, fleet: Path, faults: Path, kubeconfig: Path | None = None
 ) -> list[str]:
@@ -365,167 +230,6 @@ def prometheus(
     ]
 
 
-# the simulated workloads and the health service, each scraped as its own job
-HEALTH_JOB = "gridloop-health"
-VLLM_JOB = "vllm"
-SANDBOX_JOB = "agent-sandbox"
-KSM_JOB = "kube-state-metrics"
-# alerting rules Prometheus loads (relative to its config file; reloaded on SIGHUP)
-RULES_GLOB = "rules/*.yml"
-
-
-def prometheus_config(
-    ports: Ports,
-    nodes: list[str],
-    kueue_token: Path | None = None,
-    ca: Path | None = None,
-    places: Mapping[str, tuple[str, str]] | None = None,
-    workloads: bool = False,
-    pods: bool = False,
-    settings: Mapping[str, str] | None = None,
-) -> dict[str, object]:
-    """Scrape each simulated node's exporter as its own target, labelled with its node
-    (and, from `places`, its `site` and `pool`, as the chart's relabelling does);
-    with `kueue_token`, also Kueue's HTTPS /metrics with that bearer token, checked
-    against the cluster CA `ca` that signed Kueue's serving certificate. With
-    `workloads`, also the health service, the simulated vLLM replicas, agent-sandbox
-    controller and kube-state-metrics (gridloop.sim.workloads), and the rules in
-    RULES_GLOB. With `pods` (container nodes run the chart's pods), Kueue and the
-    health service are also found as pods (sim/pod_discovery.py) and scraped at their pod
-    addresses on the bridge, as an in-cluster Prometheus would. `settings` go into the
-    config's `global` section over the defaults (a benchmark's scrape interval, its query
-    log), so Prometheus starts with them: no reload while the cluster is young."""
-    where = places or {}
-    jobs: list[dict[str, object]] = [
-        {
-            "job_name": EXPORTER_JOB,
-            "static_configs": [
-                {
-                    "targets": [f"{LOOPBACK}:{ports.dcgm_sim}"],
-                    "labels": {
-                        "node": node,
-                        "instance": node,
-                        "__metrics_path__": f"/nodes/{node}/metrics",
-                        **(
-                            {"site": where[node][0], "pool": where[node][1]}
-                            if node in where
-                            else {}
-                        ),
-                    },
-                }
-                for node in nodes
-            ],
-        }
-    ]
-    if pods and kueue_token is not None:
-        jobs.append(kueue_pods_job(ports, kueue_token))
-    elif kueue_token is not None:
-        jobs.append(
-            {
-                "job_name": KUEUE_JOB,
-                "scheme": "https",
-                "authorization": {"credentials_file": str(kueue_token)},
-                "tls_config": {"ca_file": str(ca)},
-                "static_configs": [{"targets": [f"{LOOPBACK}:{ports.kueue_metrics}"]}],
-            }
-        )
-    config: dict[str, object] = {
-        "global": {
-            "scrape_interval": SCRAPE_INTERVAL,
-            "evaluation_interval": SCRAPE_INTERVAL,
-            **(settings or {}),
-        },
-        "scrape_configs": jobs,
-    }
-    if workloads:
-        jobs.extend(_workload_jobs(ports, pods))
-        config["rule_files"] = [RULES_GLOB]
-    return config
-
-
-DISCOVERY_REFRESH = "5s"  # how often Prometheus re-reads the pods behind a job
-
-
-def _discovered(ports: Ports, name: str) -> list[dict[str, object]]:
-    """HTTP service discovery of the pods of pod_discovery.JOBS[name], as answered by the
-    local helper server (Debian's Prometheus has no kubernetes_sd_configs)."""
-    url = f"http://{LOOPBACK}:{ports.dcgm_sim}/discovery/{name}"
-    return [{"url": url, "refresh_interval": DISCOVERY_REFRESH}]
-
-
-def kueue_pods_job(ports: Ports, token: Path) -> dict[str, object]:
-    """Kueue's controller pods' HTTPS /metrics, with the scraper's bearer token. Kueue
-    serves them with a certificate it signs itself at start, which no CA here knows:
-    the connection is encrypted but the server not verified (as kube-prometheus-stack
-    does for controller-runtime metrics)."""
-    return {
-        "job_name": KUEUE_JOB,
-        "scheme": "https",
-        "authorization": {"credentials_file": str(token)},
-        "tls_config": {"insecure_skip_verify": True},
-        "http_sd_configs": _discovered(ports, "kueue"),
-    }
-
-
-def _health_job(ports: Ports, pods: bool) -> dict[str, object]:
-    """The health service on its loopback port (a host process or a test's), and with
-    `pods` every pod behind a Service labelled component=health, on its metrics port."""
-    job: dict[str, object] = {
-        "job_name": HEALTH_JOB,
-        "static_configs": [{"targets": [f"{LOOPBACK}:{ports.health}"]}],
-    }
-    if pods:
-        job["http_sd_configs"] = _discovered(ports, "health")
-    return job
-
-
-def _vllm_job(
-    ports: Ports, sim: str, simulated: list[tuple[str, str]], pods: bool
-) -> dict[str, object]:
-    """vLLM's /metrics: the simulated model servers of the kwok GPU nodes (served by the
-    helper server), and with `pods` the real ones the chart runs on the container nodes."""
-    job: dict[str, object] = {
-        "job_name": VLLM_JOB,
-        "static_configs": [
-            {
-                "targets": [sim],
-                "labels": {
-                    "namespace": namespace,
-                    "pod": pod,
-                    "instance": pod,
-                    "__metrics_path__": f"/workloads/vllm/{pod}/metrics",
-                },
-            }
-            for namespace, pod in simulated
-        ],
-    }
-    if pods:
-        job["http_sd_configs"] = _discovered(ports, "vllm")
-    return job
-
-
-def _workload_jobs(ports: Ports, pods: bool = False) -> list[dict[str, object]]:
-    from gridloop.sim.workloads import vllm_pods  # here: `gridloop status` reads Ports only
-
-    sim = f"{LOOPBACK}:{ports.dcgm_sim}"
-    return [
-        _health_job(ports, pods),
-        _vllm_job(ports, sim, vllm_pods(), pods),
-        {
-            "job_name": SANDBOX_JOB,
-            "metrics_path": "/workloads/agent-sandbox/metrics",
-            "static_configs": [{"targets": [sim]}],
-        },
-        {
-            "job_name": KSM_JOB,
-            "metrics_path": "/workloads/kube-state-metrics/metrics",
-            # kube-state-metrics' own namespace/pod labels are the objects', not the target's
-            "honor_labels": True,
-            "static_configs": [{"targets": [sim]}],
-        },
-    ]
-
-
 def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[str]:
     """Kueue's controller manager; its listeners are set in `config` (kueue_manifests.py)."""
     return [
@@ -551,7 +255,7 @@ def agent_sandbox(binary: Path, ports: Ports, kubeconfig: Path) -> list[str]:
 
 
 def kueue_env(cert_dir: Path) -> dict[str, str]:
-    from gridloop.local.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
+    from gridloop.local.build.recipes import KUEUE_METRICS_CERT_ENV, KUEUE_VISIBILITY_CERT_ENV
 
     """Where the patched build (recipes.KUEUE_PATCHES) reads its metrics and visibility
     certificates: the same loopback serving certificate as its webhooks."""

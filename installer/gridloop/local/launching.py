@@ -14,11 +14,12 @@ import urllib.request
 from pathlib import Path
 
 from gridloop.fleet import SIMULATED_LABEL, Fleet, load_fleet
-from gridloop.local import flags, object_store
+from gridloop.local import flags
+from gridloop.local.addons import object_store
+from gridloop.local.build.images import registry
 from gridloop.local.container import addons, network_policy
 from gridloop.local.container import starting as container
-from gridloop.local.flags import LOOPBACK, Ports
-from gridloop.local.images import registry
+from gridloop.local.ports import LOOPBACK, Ports
 from gridloop.local.state import State
 
 KUEUE = "kueue"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop.errors import ClusterError, UsageError
-from gridloop.local.flags import LOOPBACK
+from gridloop.local.ports import LOOPBACK
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 
 from gridloop import paths
 from gridloop.errors import ClusterError
-from gridloop.local.flags import Ports
+from gridloop.local.ports import Ports
 from gridloop.local.processes import Proc
 
 

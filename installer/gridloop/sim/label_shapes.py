@@ -30,7 +30,7 @@ What upstream does, as read in NVIDIA/dcgm-exporter's main branch (the bundle pi
 In ``podname`` only the scrape knows the node: the chart's ServiceMonitor relabels
 ``__meta_kubernetes_pod_node_name`` into ``node``, and the local Prometheus attaches
 ``node`` to each simulated exporter's target the same way
-(``gridloop.local.flags.prometheus_config``). So the simulator never writes ``node``: no
+(``gridloop.local.prometheus_config.prometheus_config``). So the simulator never writes ``node``: no
 exporter does, and Prometheus would keep the target's and rename the exporter's
 ``exported_node``.
 

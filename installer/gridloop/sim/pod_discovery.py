@@ -32,7 +32,7 @@ class Job:
     selector: str | None = None
 
 
-# the jobs flags.prometheus_config points at /discovery/<name>
+# the jobs prometheus_config.prometheus_config points at /discovery/<name>
 JOBS = {
     "kueue": Job(
         port="https", namespace="kueue-system", service="kueue-controller-manager-metrics-service"

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from gridloop import names
+from gridloop.local.addons.host_services import host_endpoint_slice
 from gridloop.local.container.configs import CLUSTER_DOMAIN
 
 DNS_NAMESPACE = "kube-system"
@@ -90,33 +91,6 @@ def corefile(bind: str, kubeconfig: Path, health: int, ready: int) -> str:
 
 def coredns_argv(binary: Path, corefile_path: Path) -> list[str]:
     return [str(binary), "-conf", str(corefile_path)]
-
-
-def host_endpoint_slice(
-    namespace: str,
-    service: str,
-    labels: dict[str, str],
-    backend: str,
-    ports: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """The EndpointSlice that makes a selectorless Service point at a process on the host
-    (`backend`, a bridge address), on `ports`."""
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{service}-host",
-            "namespace": namespace,
-            "labels": {
-                **labels,
-                "kubernetes.io/service-name": service,
-                "endpointslice.kubernetes.io/managed-by": "gridloop.io",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [backend], "conditions": {"ready": True}}],
-        "ports": ports,
-    }
 
 
 def dns_objects(service_cidr: str, backend: str) -> list[dict[str, Any]]:

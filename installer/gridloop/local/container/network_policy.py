@@ -1,7 +1,7 @@
 """NetworkPolicy for the container nodes' pods: kube-network-policies on the host (pure).
 
 The bridge CNI enforces nothing, so the local cluster runs SIG Network's
-kube-network-policies (built from its module with the edits netpol_patches.py lists) as one
+kube-network-policies (built from its module with the edits netpol_overlays.py lists) as one
 host process for all container nodes, as kube-proxy is: they share the host's network
 namespace. It watches Pods, Namespaces and NetworkPolicies, keeps the addresses of the
 pods some policy selects in an nftables set, and judges the first packet of each of
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gridloop import names
-from gridloop.local import netpol_patches
+from gridloop.local.build import netpol_overlays
 
 BINARY = "kube-network-policies"
 USER = "system:kube-network-policies"  # its client certificate's name (certs.py)
@@ -50,10 +50,10 @@ def argv(binary: Path, first_node: str, metrics_port: int) -> list[str]:
 
 def env(kubeconfig: Path, nodes: list[str]) -> dict[str, str]:
     return {
-        netpol_patches.NETPOL_KUBECONFIG_ENV: str(kubeconfig),
-        netpol_patches.NETPOL_NODES_ENV: ",".join(nodes),
-        netpol_patches.NETPOL_MARK_ENV: hex(MARK),
-        netpol_patches.NETPOL_INPUT_ENV: "1",
+        netpol_overlays.NETPOL_KUBECONFIG_ENV: str(kubeconfig),
+        netpol_overlays.NETPOL_NODES_ENV: ",".join(nodes),
+        netpol_overlays.NETPOL_MARK_ENV: hex(MARK),
+        netpol_overlays.NETPOL_INPUT_ENV: "1",
     }
 
 

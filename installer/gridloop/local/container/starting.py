@@ -29,7 +29,7 @@ from gridloop.fleet.nodes import (
     PlannedContainerNode,
     planned_container_nodes,
 )
-from gridloop.local import certs, flags, node_taints, processes
+from gridloop.local import certs, node_taints, processes
 from gridloop.local.container import (
     addons,
     cgroups,
@@ -46,6 +46,7 @@ from gridloop.local.container.layout import (
     NodeLayout,
     cluster_cgroup,
 )
+from gridloop.local.ports import LOOPBACK, SERVICE_CIDR, Ports, node_process
 from gridloop.local.processes import Proc
 
 Say = Callable[[str], None]
@@ -82,7 +83,7 @@ def nodes(fleet: Fleet, state_dir: Path) -> list[ContainerNode]:
 def process_names(fleet: Fleet) -> list[str]:
     """In start order: each node's containerd, then its kubelet."""
     count = fleet.container_node_count
-    return [flags.node_process(kind, i) for i in range(count) for kind in ("containerd", "kubelet")]
+    return [node_process(kind, i) for i in range(count) for kind in ("containerd", "kubelet")]
 
 
 def check(fleet: Fleet, source: str, state_dir: Path) -> None:
@@ -157,7 +158,7 @@ def disk_note(fleet: Fleet, state_dir: Path) -> str | None:
 
 
 def _settings(
-    node: ContainerNode, fleet: Fleet, ports: flags.Ports, binaries: dict[str, Path], pause: str
+    node: ContainerNode, fleet: Fleet, ports: Ports, binaries: dict[str, Path], pause: str
 ) -> configs.NodeSettings:
     assert fleet.container_nodes is not None
     return configs.NodeSettings(
@@ -165,22 +166,22 @@ def _settings(
         node_ip=node.planned.node_ip,
         pod_cidr=node.planned.pod_cidr,
         pod_subnet=fleet.container_nodes.pod_subnet,
-        service_cidr=flags.SERVICE_CIDR,
+        service_cidr=SERVICE_CIDR,
         healthz_port=ports.kubelet_healthz(node.planned.index),
-        registry=f"{flags.LOOPBACK}:{ports.registry}",
+        registry=f"{LOOPBACK}:{ports.registry}",
         pause_image=pause,
         labels=tuple(sorted(node.planned.labels.items())),
         binaries=binaries,
         cni_bin_dir=binaries["bridge"].parent,
         ca_file=node.layout.pki / "ca.crt",
-        cluster_dns=(addons.dns_service_ip(flags.SERVICE_CIDR),),
+        cluster_dns=(addons.dns_service_ip(SERVICE_CIDR),),
     )
 
 
 def prepare(
     node: ContainerNode,
     fleet: Fleet,
-    ports: flags.Ports,
+    ports: Ports,
     pki: certs.Pki,
     server: str,
     binaries: dict[str, Path],
@@ -219,7 +220,7 @@ def prepare(
 def start(
     fleet: Fleet,
     state_dir: Path,
-    ports: flags.Ports,
+    ports: Ports,
     pki: certs.Pki,
     server: str,
     binaries: dict[str, Path],
@@ -256,7 +257,7 @@ def _start_node(
     """containerd in the node's runtime cgroup (its shims inherit it), then the kubelet."""
     layout, index = node.layout, node.planned.index
     cgroups.ensure(layout.runtime_cgroup)
-    name = flags.node_process("containerd", index)
+    name = node_process("containerd", index)
     proc = processes.start(
         name,
         configs.containerd_argv(binaries["containerd"], layout),
@@ -269,7 +270,7 @@ def _start_node(
     processes.wait_healthy(
         proc, lambda: sweeping.socket_answers(layout.containerd_socket), START_TIMEOUT
     )
-    name = flags.node_process("kubelet", index)
+    name = node_process("kubelet", index)
     proc = processes.start(
         name,
         configs.kubelet_argv(binaries["kubelet"], layout, s),
@@ -408,7 +409,7 @@ def stale_owner(state_dir: Path) -> Path | None:
     return owner
 
 
-def prepare_network(fleet: Fleet, ports: flags.Ports, state_dir: Path) -> None:
+def prepare_network(fleet: Fleet, ports: Ports, state_dir: Path) -> None:
     """The bridge with every node's address, and only loopback and the bridge let in to
     the API server, Prometheus and the object store (they listen on every address once
     pods must reach them); the cluster

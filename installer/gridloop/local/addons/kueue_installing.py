@@ -23,8 +23,8 @@ from gridloop.bundle import caching, fetching, manifests
 from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import source_for
 from gridloop.errors import BuildError, ClusterError, one_line
-from gridloop.local import applying, kueue_manifests
-from gridloop.local.kueue_manifests import LOCAL_LABEL
+from gridloop.local.addons import applying, kueue_manifests
+from gridloop.local.addons.kueue_manifests import LOCAL_LABEL
 
 TOKEN_SECONDS = 365 * 24 * 3600  # as long as the local certificates
 

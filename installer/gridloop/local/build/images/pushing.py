@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop import paths
-from gridloop.local import building
-from gridloop.local.images import buildah, gridloop_image, locked_images, python_images, table
+from gridloop.local.build import building
+from gridloop.local.build.images import buildah, gridloop_image, locked_images, python_images, table
 
 Say = Callable[[str], None]
 # what the rows are made of, from the build cache (recipes.py)

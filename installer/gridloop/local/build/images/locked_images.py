@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop import versions
-from gridloop.local import building
-from gridloop.local.images import buildah, gridloop_image
+from gridloop.local.build import building
+from gridloop.local.build.images import buildah, gridloop_image
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ The Go text is kept as gofmt writes it, however long its lines.
 
 from __future__ import annotations
 
-from gridloop.local.patches import SourcePatch
+from gridloop.local.build.overlays import SourcePatch
 
 # kube-network-policies, built with edits for the local cluster. Every edit is switched on
 # by an environment variable the local cluster sets, and is inert without it:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gridloop import versions
 from gridloop.bundle import modules
-from gridloop.local.images import buildah, gridloop_image
+from gridloop.local.build.images import buildah, gridloop_image
 
 RUNTIME = "sandbox-runtime"
 ROUTER = "sandbox-router"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gridloop.errors import UsageError
 from gridloop.fleet import FleetError, load_fleet
-from gridloop.local import flags, processes
+from gridloop.local import ports, processes
 from gridloop.local.container import cgroups
 from gridloop.local.container import starting as container
 from gridloop.local.container.layout import NodeLayout
@@ -47,7 +47,7 @@ def stop_node(state_dir: Path, name: str, kubelet_only: bool = False) -> Stopped
     if name not in known:
         have = ", ".join(known) if known else "none (its fleet has no containerNodes)"
         raise UsageError(f"NAME: no container node {name!r} in this cluster; its nodes: {have}")
-    wanted = flags.node_process("kubelet", known.index(name))
+    wanted = ports.node_process("kubelet", known.index(name))
     kubelet = next((p for p in state.processes if p.name == wanted), None)
     running = kubelet is not None and processes.alive(kubelet)
     if kubelet is not None and running:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gridloop import paths, versions
 from gridloop.errors import BuildError
-from gridloop.local.images import buildah
+from gridloop.local.build.images import buildah
 
 BASE_PACKAGES = ("python3", "python3-venv")
 MIRROR = "http://deb.debian.org/debian"

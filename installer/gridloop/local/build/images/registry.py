@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from gridloop import paths
-from gridloop.local.flags import LOOPBACK
+from gridloop.local.ports import LOOPBACK
 
 MANIFEST_TYPES = ", ".join(
     [

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from gridloop import paths
 from gridloop.errors import BuildError
-from gridloop.local.images import registry
-from gridloop.local.images.table import Image
+from gridloop.local.build.images import registry
+from gridloop.local.build.images.table import Image
 
 
 def _runroot() -> Path:
@@ -52,7 +52,7 @@ def bud(context: Path, ref: str, base: str, log: Path, what: str) -> None:
     buildah's default crun: crun 1.8 refuses a host with cgroup v1 hierarchies beside a
     cgroup2 mount that has a controller ("cgroups in hybrid mode not supported"), which
     some of these machines have (/sys/fs/cgroup/unified with hugetlb); runc runs there."""
-    from gridloop.local import building
+    from gridloop.local.build import building
 
     runc = building.binary("runc")
     cmd = [*command(), "bud", "--isolation=oci", f"--runtime={runc}", "--network=none"]

@@ -35,7 +35,7 @@ from typing import Any
 
 from gridloop import names
 from gridloop.bundle.manifests import CRD, Doc, ManifestProblem, name_of
-from gridloop.local.flags import LOOPBACK, Ports
+from gridloop.local.ports import LOOPBACK, Ports
 
 NAMESPACE = "kueue-system"
 WEBHOOK_SERVICE = "kueue-webhook-service"

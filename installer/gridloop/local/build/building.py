@@ -22,9 +22,9 @@ from pathlib import Path
 
 from gridloop import paths, versions
 from gridloop.errors import BuildError
-from gridloop.local.gomod import wrapper_for
-from gridloop.local.patches import PatchMismatch, apply_patch, overlay_document
-from gridloop.local.recipes import RECIPES, Recipe, binary_names
+from gridloop.local.build.gomod import wrapper_for
+from gridloop.local.build.overlays import PatchMismatch, apply_patch, overlay_document
+from gridloop.local.build.recipes import RECIPES, Recipe, binary_names
 from gridloop.versions import Component
 
 STAMP = ".complete"
@@ -260,7 +260,7 @@ def _compile_c(go: str, recipe: Recipe, comp: Component, report: Reporter) -> No
 
 def built_version(name: str) -> str:
     """The version a C program's recipe recorded at build time (the pause image's tag)."""
-    from gridloop.local.recipes import recipe_for
+    from gridloop.local.build.recipes import recipe_for
 
     recipe = recipe_for(name)
     folder = recipe_dir(recipe, versions.get(recipe.component))
@@ -272,7 +272,7 @@ def built_version(name: str) -> str:
 
 def pause_version(module_dir: Path) -> str:
     """The pause image's version, the `TAG ?=` of the module's build/pause/Makefile."""
-    from gridloop.local.recipes import PAUSE_MAKEFILE
+    from gridloop.local.build.recipes import PAUSE_MAKEFILE
 
     text = (module_dir / PAUSE_MAKEFILE).read_text()
     m = re.search(r"^TAG\s*\?=\s*(\S+)", text, re.M)
@@ -320,7 +320,7 @@ def _write_overlay(recipe: Recipe, comp: Component, module_dir: Path, folder: Pa
         except PatchMismatch as err:
             raise BuildError(
                 f"building {comp.name} {comp.version}: {err}; update the patch in "
-                "installer/gridloop/local/recipes.py for this version"
+                "installer/gridloop/local/build/recipes.py for this version"
             ) from err
         copy = edited / patch.file
         copy.parent.mkdir(parents=True, exist_ok=True)

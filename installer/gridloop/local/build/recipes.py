@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gridloop import versions
-from gridloop.local.gomod import staging_version
-from gridloop.local.netpol_patches import NETPOL_PATCHES
-from gridloop.local.patches import SourcePatch
+from gridloop.local.build.gomod import staging_version
+from gridloop.local.build.netpol_overlays import NETPOL_PATCHES
+from gridloop.local.build.overlays import SourcePatch
 from gridloop.versions import Component
 
 

@@ -20,7 +20,7 @@ from gridloop import versions
 from gridloop.bundle import bundling, manifests
 from gridloop.bundle.manifests import CRD, Doc
 from gridloop.bundle.sources import source_for
-from gridloop.local import applying
+from gridloop.local.addons import applying
 
 COMPONENT = "agent-sandbox"
 

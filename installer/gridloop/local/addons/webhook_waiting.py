@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from gridloop.local.flags import LOOPBACK
+from gridloop.local.ports import LOOPBACK
 
 POLL_SECONDS = 0.2
 POST_SECONDS = 2.0

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gridloop import names
-from gridloop.local.flags import LOOPBACK
+from gridloop.local.addons.host_services import host_endpoint_slice
+from gridloop.local.ports import LOOPBACK
 
 PROCESS = "object-store"
 BINARY = "versitygw"
@@ -153,8 +154,6 @@ def cluster_objects(
 ) -> list[dict[str, Any]]:
     """The namespace and selectorless Service pods reach the store by, its EndpointSlice to
     the host process (`backend`:`port`), and the release namespace with the keys' Secret."""
-    from gridloop.local.container.addons import host_endpoint_slice
-
     ports = [{"name": "s3", "port": SERVICE_PORT, "protocol": "TCP"}]
     return [
         {
