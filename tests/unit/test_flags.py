@@ -186,10 +186,10 @@ def test_a_container_nodes_processes_are_named_for_the_node(
 
 @pytest.mark.parametrize("index", range(ports.MAX_CONTAINER_NODES))
 def test_each_container_nodes_kubelet_has_its_own_healthz_port(index: int) -> None:
-    ports = Ports.from_base(BASE)
+    used = Ports.from_base(BASE)
 
-    assert ports.kubelet_healthz(index) == BASE + 14 + index
-    assert ports.used_by([ports.node_process("kubelet", index)]) == {
+    assert used.kubelet_healthz(index) == BASE + 14 + index
+    assert used.used_by([ports.node_process("kubelet", index)]) == {
         f"kubelet/system-{index:03d} (healthz)": BASE + 14 + index
     }
 
