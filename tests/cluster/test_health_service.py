@@ -14,7 +14,7 @@ import time
 import pytest
 from prometheus_api_client import PrometheusConnect
 
-from gridloop.health import status
+from gridloop.health import status_configmap as status
 from gridloop.health.actions import Hold, Quarantine, Warn
 from gridloop.health.policy import Limits, Policy
 from gridloop.health.reading import connect

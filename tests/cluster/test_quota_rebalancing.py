@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kueue_scenario import POLICY, QUOTA, SCRAPE_S, TeamQueues
 
-from gridloop.health import status
+from gridloop.health import status_configmap as status
 from gridloop.health.observed import Breaker
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.reading import connect

@@ -9,5 +9,5 @@ A pure core decides (`policy`, `observed`, `signals`, `plan`, `breaker`, `patche
 `capacity`, `quotas`, `actions`: data in, data out); a shell acts (`reading` and
 `refreshing` ask Prometheus, `listing` and `watching` mirror the nodes, `acting` and
 `quota_acting` patch, `rebalancing` and `service` run the cycle, `leadership` holds the
-Lease, `status` writes the status ConfigMap, `commands` is `gridloop health`).
+Lease, `status_configmap` writes the status ConfigMap, `commands` is `gridloop health`).
 """

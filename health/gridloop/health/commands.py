@@ -23,7 +23,7 @@ from kubernetes import client
 from gridloop import kube, names, resources
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
-from gridloop.health import status
+from gridloop.health import status_configmap as status
 from gridloop.health.acting import EVENT_WORKERS, WORKERS
 from gridloop.health.policy import Policy
 from gridloop.health.policy_loading import load_policy

@@ -32,7 +32,7 @@ from kubernetes import client
 from gridloop import names
 from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
-from gridloop.health import status
+from gridloop.health import status_configmap as status
 from gridloop.health.acting import WORKERS, EventSender, Executor, Outcome, record_event
 from gridloop.health.actions import Hold, Quarantine, TripBreaker, Warn
 from gridloop.health.leadership import Lease

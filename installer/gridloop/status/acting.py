@@ -11,7 +11,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from gridloop.health import breaker as breakers
-from gridloop.health import status
+from gridloop.health import status_configmap as status
 
 MANAGER = "gridloop-status"
 

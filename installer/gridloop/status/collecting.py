@@ -32,7 +32,7 @@ from gridloop.health import reading
 from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_BY, REASON
 from gridloop.health.queues import CONFIGURED, MANUAL
 from gridloop.health.signals import HOST_KEYS, PRESENCE
-from gridloop.health.status import NAME as STATUS_CONFIGMAP
+from gridloop.health.status_configmap import NAME as STATUS_CONFIGMAP
 from gridloop.models import rollout_reading, rollouts
 from gridloop.status.snapshot import (
     CLAIMED,
