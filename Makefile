@@ -62,10 +62,11 @@ lint: setup
 	$(BIN)/lint-imports
 
 # every test: unit tests, those that run the built binaries, and cluster tests (the latter
-# start their own local cluster). The inference tests serve a model with the heavy vLLM
-# CPU image, which only this target builds (`make demo` does not): `build all` builds it
-# beside the Go builds, so a cold build is not longer by its minutes. tests/suite.py runs
-# the build and pytest, and ends with one line: passed, failed, and where the time went.
+# start their own local cluster). The inference, loop and training tests run the heavy
+# images (vLLM CPU, Ray, the trainer), which only this target builds (`make demo` does
+# not): tests/suite.py builds them beside the tests, which run them last, so a cold run is
+# not longer by their minutes. It runs the build and pytest, and ends with one line:
+# passed, failed, and where the time went.
 test: lint setup host-packages
 	$(BIN)/python tests/suite.py --durations=30
 

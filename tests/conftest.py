@@ -66,12 +66,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that stop and restart the shared cluster run after all the others; before
-    them, one after the other, the modules that share one install of the chart
-    (`kueue_platform`, tests/cluster/conftest.py), so it is installed once."""
+    them the modules that run the heavy images (`heavy_images`: under `make test` they
+    build beside the tests, so these wait for them as late as they can); before those, one
+    after the other, the modules that share one install of the chart (`kueue_platform`,
+    tests/cluster/conftest.py), so it is installed once."""
 
-    def order(item: pytest.Item) -> tuple[bool, bool]:
+    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
         restarts = item.get_closest_marker("restarts_cluster") is not None
-        return restarts, "kueue_platform" in getattr(item, "fixturenames", ())
+        fixtures = getattr(item, "fixturenames", ())
+        return restarts, "heavy_images" in fixtures, "kueue_platform" in fixtures
 
     items.sort(key=order)
 

@@ -2,9 +2,13 @@
 
     python tests/suite.py [pytest args...]
 
-It builds every binary and image the suite needs (`gridloop local build all`: seconds
-when cached) and assembles the chart's bundle once (so no two lanes fetch it at once).
-Then two pytest processes run side by side, each with the given arguments:
+It builds every binary and image the suite needs but the heavy ones (`gridloop local
+build`: seconds when cached) and assembles the chart's bundle once (so no two lanes fetch
+it at once). The heavy images (vLLM CPU, Ray, the trainer: `gridloop local build vllm-cpu
+ray trainer`) build beside the tests, on the cores the waiting tests leave idle, instead
+of slowing the Go builds; the tests that run them come last and wait for them
+(`heavy_images`, tests/cluster/conftest.py). Then two pytest processes run side by side,
+each with the given arguments:
 
 - the **container lane**: the cluster tests that need the container node (pods that
   really run: the chart's controllers, models, sandboxes, RayJobs), against the cluster
@@ -35,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +49,9 @@ BIN = Path(sys.executable).parent
 KWOK_BASE_PORT = "28400"
 # pytest's exit code when a lane's selection holds no test (a run of chosen files)
 NO_TESTS = 5
+HEAVY_IMAGES = ("vllm-cpu", "ray", "trainer")
+# where the heavy images' build says it is done: `<log>.rc` holds its exit code
+HEAVY_BUILD_ENV = "GRIDLOOP_HEAVY_BUILD_LOG"
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,9 @@ LANES = (
 
 def main(argv: list[str]) -> int:
     t0 = time.monotonic()
-    build = subprocess.run([str(BIN / "gridloop"), "local", "build", "all"], check=False)
+    lanes = os.environ.get("GRIDLOOP_TEST_LANES") != "1"
+    what = [] if lanes else ["all"]  # in lanes, the heavy images build beside the tests
+    build = subprocess.run([str(BIN / "gridloop"), "local", "build", *what], check=False)
     if build.returncode == 0:
         with tempfile.TemporaryDirectory(prefix="gridloop-bundle-") as out:
             bundle = [str(BIN / "gridloop"), "bundle", "--skip", "kaito", "--out", out]
@@ -75,23 +85,74 @@ def main(argv: list[str]) -> int:
         print(f"make test: the build failed after {built:.0f}s (exit {build.returncode})")
         return build.returncode
     t1 = time.monotonic()
+    heavy: Heavy | None = None
     with tempfile.TemporaryDirectory(prefix="gridloop-suite-") as tmp:
         work = Path(tmp)
-        if os.environ.get("GRIDLOOP_TEST_LANES") == "1":
+        if not lanes:
             codes, reports = _one(work, argv)
         else:
+            heavy = Heavy.start(work / "heavy-images.log")
             codes, reports = _lanes(work, argv)
+            codes.append(heavy.wait())
         keep = os.environ.get("GRIDLOOP_SUITE_REPORTS")
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
             for kept in [*work.glob("*.json"), *work.glob("*.log")]:
                 shutil.copy2(kept, Path(keep) / kept.name)
     tested = time.monotonic() - t1
-    print(summary(reports, built, tested, time.monotonic() - t0), flush=True)
+    line = summary(reports, built, tested, time.monotonic() - t0)
+    if heavy is not None:
+        line = line[:-1] + f", heavy images {heavy.seconds:.0f}s beside the tests)"
+    print(line, flush=True)
     failed = [c for c in codes if c not in (0, NO_TESTS)]
     if failed:
         return failed[0]
     return NO_TESTS if all(c == NO_TESTS for c in codes) else 0
+
+
+@dataclass
+class Heavy:
+    """The heavy images' build, running beside the lanes; `<log>.rc` says when it is done
+    (the `heavy_images` fixture waits for it) and how it ended."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    started: float
+    seconds: float = 0.0
+    thread: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, log: Path) -> Heavy:
+        os.environ[HEAVY_BUILD_ENV] = str(log)  # the lanes inherit it
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [str(BIN / "gridloop"), "local", "build", *HEAVY_IMAGES],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        heavy = cls(proc, log, time.monotonic())
+        heavy.thread = threading.Thread(target=heavy._finish, daemon=True)
+        heavy.thread.start()
+        return heavy
+
+    def _finish(self) -> None:
+        code = self.proc.wait()
+        self.seconds = time.monotonic() - self.started
+        rc = self.log.with_name(self.log.name + ".rc")
+        partial = rc.with_name(rc.name + ".tmp")
+        partial.write_text(f"{code}\n")
+        partial.replace(rc)  # whole or absent: a reader never sees half of it
+
+    def wait(self) -> int:
+        """Its exit code once it is done (the lanes may not have needed it); its log is
+        printed when it failed."""
+        code = self.proc.wait()
+        if self.thread is not None:
+            self.thread.join()
+        if code != 0:
+            print(f"\n== the heavy images' build failed (exit {code}) ==", flush=True)
+            sys.stdout.write(self.log.read_text(errors="replace"))
+        return code
 
 
 def _pytest(work: Path, name: str, argv: list[str]) -> list[str]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from fleet_reset import fault_free, put_back
@@ -13,6 +16,34 @@ from gridloop.health.observed import TAINT_KEY
 from gridloop.health.service import HealthService
 
 SHARED_FIXTURE = "kueue_platform"
+HEAVY_FIXTURE = "heavy_images"
+# tests/suite.py builds the heavy images beside the lanes and names its log here
+HEAVY_BUILD_ENV = "GRIDLOOP_HEAVY_BUILD_LOG"
+HEAVY_BUILD_WAIT = 3600  # s: a cold vLLM CPU image took 6 to 9 minutes; a stuck one fails
+
+
+@pytest.fixture(scope="session")
+def heavy_images(local_cluster) -> None:
+    """The vLLM CPU, Ray and trainer images in the cluster's registry. Under `make test`
+    they build beside the tests (tests/suite.py), so this waits for that build to end
+    (its exit code in `<log>.rc`), then pushes what the registry lacks, as `gridloop local
+    build` does on a running cluster. Run alone (plain pytest), the images are whatever
+    `gridloop local build all` left in the cache. The modules that use it run last
+    (tests/conftest.py), so the build has had most of the run to finish."""
+    from gridloop.local import cluster
+
+    log = os.environ.get(HEAVY_BUILD_ENV)
+    if log:
+        rc = Path(log + ".rc")
+        deadline = time.monotonic() + HEAVY_BUILD_WAIT
+        while not rc.is_file():
+            if time.monotonic() > deadline:
+                pytest.fail(f"the heavy images' build did not end in {HEAVY_BUILD_WAIT}s: {log}")
+            time.sleep(2)
+        code = rc.read_text().strip()
+        if code != "0":
+            pytest.fail(f"the heavy images' build failed (exit {code}): {log}", pytrace=False)
+    cluster.push_new_images(local_cluster.state.dir)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from gridloop.local.addons import object_store
 from gridloop.local.ports import LOOPBACK
 from gridloop.local.prometheus_config import SCRAPE_INTERVAL
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
 
 SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
 

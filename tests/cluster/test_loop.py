@@ -46,7 +46,7 @@ from gridloop.loop.build_tasks import LETTERS, make_suite
 from gridloop.loop.store import Store
 from gridloop.loop.trajectories import Attempt, collect_key, collect_prefix, evaluate_prefix
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
 
 # the object store outlives a release: a run of its own each session
 RUN = f"itest-{uuid.uuid4().hex[:6]}"

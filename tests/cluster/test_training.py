@@ -28,7 +28,7 @@ from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
 from gridloop.local.addons import object_store
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
 
 NS = ray_jobs.TEAM_NAMESPACE
 # what training needs: Kueue, KubeRay and the admission policies; the rest is other tests'

@@ -38,7 +38,7 @@ from platform_install import installed_platform
 from gridloop import versions
 from gridloop.bundle import modules
 
-pytestmark = cluster_restarts.MARKS
+pytestmark = [*cluster_restarts.MARKS, pytest.mark.usefixtures("heavy_images")]
 
 NS = ray_jobs.TEAM_NAMESPACE
 SAMPLE = "config/samples/ray-job.kueue-toy-sample.yaml"

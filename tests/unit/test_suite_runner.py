@@ -67,3 +67,44 @@ def test_no_failing_test_is_ever_retried() -> None:
     for path in (REPO / "tests").rglob("*.py"):
         text = path.read_text()
         assert not any(word in text for word in retried), path
+
+
+def test_the_heavy_images_build_says_when_it_is_done_and_how_it_ended(
+    tmp_path: Path, monkeypatch
+) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "gridloop").write_text('#!/bin/sh\necho "building $*"\nexit 3\n')
+    (fake / "gridloop").chmod(0o755)
+    monkeypatch.setattr(suite, "BIN", fake)
+    monkeypatch.setenv(suite.HEAVY_BUILD_ENV, "")  # restored after: start() sets it
+    log = tmp_path / "heavy-images.log"
+
+    heavy = suite.Heavy.start(log)
+    code = heavy.wait()
+
+    assert code == 3 and (tmp_path / "heavy-images.log.rc").read_text() == "3\n"
+    assert log.read_text() == "building local build vllm-cpu ray trainer\n"
+    assert heavy.seconds > 0
+    assert suite.os.environ[suite.HEAVY_BUILD_ENV] == str(log)  # what the lanes inherit
+
+
+def test_the_modules_that_run_the_heavy_images_come_after_the_rest_and_before_restarts() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-m", suite.LANES[0].marks, str(REPO / "tests")],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:]
+    order = list(dict.fromkeys(t.split("::")[0] for t in done.stdout.splitlines() if "::" in t))
+
+    def uses(module: str, text: str) -> bool:
+        return text in (REPO / module).read_text()
+
+    heavy = [m for m in order if uses(m, 'usefixtures("heavy_images")')]
+    restarts = [m for m in order if uses(m, "restarts_cluster") and m not in heavy]
+    rest = [m for m in order if m not in heavy and m not in restarts]
+    assert "tests/cluster/test_inference_served.py" in heavy
+    first_heavy = min(order.index(m) for m in heavy)
+    assert all(order.index(m) < first_heavy for m in rest)
+    assert all(order.index(m) > first_heavy for m in restarts)
