@@ -35,8 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "or `images` for the container nodes' images); default: everything but the heavy "
         "images, the vLLM CPU image (`vllm-cpu`, about 7 GiB), the Ray image (`ray`, about "
         "0.6 GB) and the trainer image (`trainer`: Ray on the vLLM image's layers, which it "
-        "builds first); `all`: everything and those images, built beside the Go builds (what "
-        "`make test` runs)",
+        "builds first); `all`: everything and those images, built beside the Go builds",
     )
     p.add_argument(
         "--state-dir",
