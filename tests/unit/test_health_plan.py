@@ -16,6 +16,7 @@ from gridloop.health.actions import (
     Skip,
     Warn,
 )
+from gridloop.health.breaker import advance
 from gridloop.health.observed import Breaker, GpuReading, NodeView, Observed, Record
 from gridloop.health.plan import limit, plan
 from gridloop.health.policy import Limits, Policy, XidAction
@@ -252,6 +253,111 @@ def test_sixty_percent_of_a_pool_failing_stops_at_the_limit_and_trips_the_breake
     # 25% of 10 nodes is 2, lower than 4 nodes: two go, then the breaker trips
     assert kinds(actions) == ["Quarantine", "Quarantine", "TripBreaker"] + ["Skip"] * 4
     assert "pool us-east/h100: 2 of 2" in actions[2].reason
+
+
+WAITS = (
+    "pool us-east/h100 has 2 of 2 nodes quarantined (health policy limits.pool): "
+    "waits for a release"
+)
+
+
+def test_a_slow_stream_of_faults_leaves_at_most_the_limit_out_and_a_release_lets_the_next_in():
+    """One node fails every 70 s, under a pool limit of 2 in a 60 s window: the window never
+    sees two, yet no more than two are out while they stay failing."""
+    window = 60.0
+    policy = dataclasses.replace(
+        POLICY,
+        limits=Limits(
+            fleet_max_nodes=100, fleet_max_percent=100, pool_max_nodes=2, pool_max_percent=100,
+            window_s=window,
+        ),
+    )  # fmt: skip
+    views = {f"n{i}": NodeView(f"n{i}", "us-east/h100", 8) for i in range(8)}
+    failing: dict[str, dict[str, object]] = {}
+    breaker, now = Breaker(), NOW
+
+    def cycle() -> list[object]:
+        nonlocal breaker
+        obs = observed(nodes=8, faults=failing, views=views)
+        actions = plan(obs, policy, breaker, now)
+        breaker = advance(breaker, actions, obs.nodes, now, window)
+        for a in actions:
+            if isinstance(a, Quarantine):
+                views[a.node] = dataclasses.replace(
+                    views[a.node], unschedulable=True, record=Record(now, a.faults)
+                )
+        return actions
+
+    for k in range(5):
+        now = NOW + 70 * k
+        failing[f"n{k}"] = {"xid": 79}
+        actions = cycle()
+        assert "TripBreaker" not in kinds(actions) and not breaker.tripped
+        assert sorted(n for n, v in views.items() if v.record) == [
+            f"n{i}" for i in range(min(k + 1, 2))
+        ]
+    waiting = [a for a in actions if isinstance(a, Skip)]
+    assert [(a.node, a.reason) for a in waiting] == [(n, WAITS) for n in ("n2", "n3", "n4")]
+    assert Warn("n2", f"not quarantined: {WAITS}") in actions
+
+    # n0 is healthy again and released: its place goes to the next failing node, one only
+    del failing["n0"]
+    views["n0"] = NodeView("n0", "us-east/h100", 8)
+    now += 70
+    actions = cycle()
+    assert [a.node for a in actions if isinstance(a, Quarantine)] == ["n2"]
+    assert [a.node for a in actions if isinstance(a, Skip)] == ["n3", "n4"]
+
+
+def test_a_storm_still_trips_the_breaker_before_the_nodes_out_limit_waits():
+    policy = dataclasses.replace(
+        POLICY, limits=Limits(fleet_max_percent=100, pool_max_nodes=2, pool_max_percent=100)
+    )
+    actions = plan(
+        observed(nodes=8, faults={f"n{i}": {"xid": 79} for i in range(4)}), policy, Breaker(), NOW
+    )
+    assert kinds(actions) == ["Quarantine", "Quarantine", "TripBreaker", "Skip", "Skip"]
+
+
+def test_the_fleet_limit_counts_every_pool_s_nodes_out():
+    policy = dataclasses.replace(
+        POLICY,
+        limits=Limits(
+            fleet_max_nodes=2, fleet_max_percent=100, pool_max_nodes=4, pool_max_percent=100
+        ),
+    )
+    out = {
+        "n0": NodeView(
+            "n0", "eu-west/a100", 8, unschedulable=True, record=Record(NOW - 7200, XID79)
+        ),
+        "n2": NodeView(
+            "n2", "us-east/h100", 8, unschedulable=True, record=Record(NOW - 7200, XID79)
+        ),
+    }
+    actions = plan(observed(faults={"n1": {"xid": 79}}, views=out), policy, Breaker(), NOW)
+    assert [a for a in actions if isinstance(a, Skip)] == [
+        Skip(
+            "n1",
+            "the fleet has 2 of 2 nodes quarantined (health policy limits.fleet): "
+            "waits for a release",
+        )
+    ]
+
+
+def test_nodes_cordoned_by_someone_else_count_as_out_only_when_the_policy_says_so():
+    cordoned = {f"n{i}": NodeView(f"n{i}", "us-east/h100", 8, unschedulable=True) for i in (0, 2)}
+    obs = observed(faults={"n1": {"xid": 79}}, views=cordoned)
+    limits = Limits(fleet_max_percent=100, pool_max_nodes=2, pool_max_percent=100)
+
+    assert kinds(plan(obs, dataclasses.replace(POLICY, limits=limits), Breaker(), NOW)) == [
+        "Quarantine"
+    ]
+    counting = dataclasses.replace(POLICY, limits=dataclasses.replace(limits, count_cordoned=True))
+    actions = plan(obs, counting, Breaker(), NOW)
+    assert kinds(actions) == ["Skip", "Warn"]
+    assert actions[0].reason.startswith(
+        "pool us-east/h100 has 2 of 2 nodes quarantined or cordoned"
+    )
 
 
 def test_a_tripped_breaker_skips_every_new_quarantine():

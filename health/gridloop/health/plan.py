@@ -16,9 +16,13 @@ everything it decides goes out as plain data (actions.py). Rules, in order:
    re-quarantined for the same faults); healthy -> MarkHealthy, then Release
    after the hold-down; a fault during the hold-down -> ClearHealthy.
 4. Nodes opted out or cordoned by someone else are never touched.
-5. New faults -> Quarantine, most severe first, until the circuit breaker's
-   limit (per pool and fleet-wide, the lower wins) would be passed: then
-   TripBreaker, and every further quarantine is a Skip until a reset.
+5. New faults -> Quarantine, most severe first, under the limits (per pool and
+   fleet-wide, count and percentage, the lower wins), which bound two things:
+   - how fast: quarantines within the window; one more would pass it -> TripBreaker,
+     and every further quarantine is a Skip until a reset (a storm: stop, ask a human);
+   - how many are out: nodes quarantined now (and, with `limits.countCordoned`, nodes
+     cordoned by someone else); one more would pass it -> Skip with Warn, and the node
+     waits for a release to free a place (a slow stream never empties a pool).
 """
 
 from __future__ import annotations
@@ -279,6 +283,7 @@ def _admit(
     pool_sizes = Counter(n.pool for n in observed.nodes.values())
     fleet_max = limit(lim.fleet_max_nodes, lim.fleet_max_percent, len(observed.nodes))
     recent = [r for r in breaker.recent if now - r[0] < lim.window_s]
+    out_now = Counter(n.pool for n in observed.nodes.values() if is_out(n, lim.count_cordoned))
     out: list[Action] = []
     for i, (node, faults) in enumerate(candidates):
         in_pool = sum(1 for _, _, pool in recent if pool == node.pool)
@@ -292,6 +297,10 @@ def _admit(
             out.append(TripBreaker(f"quarantine limit reached in {scope} in the window"))
             out += [Skip(n.name, "circuit breaker tripped") for n, _ in candidates[i:]]
             break
+        full = _out_limit(node.pool, out_now, pool_max, fleet_max, lim.count_cordoned)
+        if full:
+            out += [Skip(node.name, full), Warn(node.name, f"not quarantined: {full}")]
+            continue
         # the GPUs as the fault read names them, and as the background read does
         gpus = {**observed.fault_gpus.get(node.name, {}), **observed.gpus.get(node.name, {})}
         out.append(
@@ -305,4 +314,27 @@ def _admit(
             )
         )
         recent.append((now, node.name, node.pool))
+        out_now[node.pool] += 1
     return out
+
+
+def is_out(node: NodeView, count_cordoned: bool) -> bool:
+    """Counts against the limits on nodes out: quarantined by gridloop (until released),
+    or cordoned by someone else when the policy says so."""
+    return node.record is not None or (count_cordoned and node.unschedulable)
+
+
+def _out_limit(
+    pool: str, out_now: Counter[str], pool_max: int, fleet_max: int, count_cordoned: bool
+) -> str | None:
+    """Why one more node of `pool` may not go out now; None when it may."""
+    what = "quarantined or cordoned" if count_cordoned else "quarantined"
+    if out_now[pool] + 1 > pool_max:
+        where = f"pool {pool} has {out_now[pool]} of {pool_max} nodes {what}"
+        field = "limits.pool"
+    elif out_now.total() + 1 > fleet_max:
+        where = f"the fleet has {out_now.total()} of {fleet_max} nodes {what}"
+        field = "limits.fleet"
+    else:
+        return None
+    return f"{where} (health policy {field}): waits for a release"

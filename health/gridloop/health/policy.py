@@ -55,13 +55,17 @@ class Signals:
 
 @dataclass(frozen=True)
 class Limits:
-    """The circuit breaker: the lower of count and percentage wins, per pool and fleet."""
+    """What the service may take out, per pool and fleet (the lower of count and
+    percentage wins): at most that many nodes quarantined within the window (one more
+    trips the circuit breaker), and at most that many out at once (one more waits for a
+    release); with `count_cordoned`, nodes cordoned by someone else count as out."""
 
     fleet_max_nodes: int = 10
     fleet_max_percent: float = 10.0
     pool_max_nodes: int = 4
     pool_max_percent: float = 25.0
     window_s: float = 3600.0
+    count_cordoned: bool = False
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ def parse_policy(data: object, source: str = "health policy") -> Policy:
         taint_no_execute=quarantine.boolean("noExecute", default.taint_no_execute),
         drain=quarantine.boolean("drain", default.drain),
         opt_out_label=quarantine.label_key("optOutLabel", default.opt_out_label),
-        limits=_limits(spec.section("limits", ("fleet", "pool", "window"))),
+        limits=_limits(spec.section("limits", ("fleet", "pool", "window", "countCordoned"))),
         scrape_interval_s=spec.duration("scrapeInterval", default.scrape_interval_s),
         dry_run=spec.boolean("dryRun", default.dry_run),
         rebalance_quotas=quotas.boolean("enabled", default.rebalance_quotas),
@@ -178,6 +178,7 @@ def _limits(limits: _Fields) -> Limits:
         pool_max_nodes=pool.integer("maxNodes", d.pool_max_nodes, minimum=0),
         pool_max_percent=pool.number("maxPercent", d.pool_max_percent, 0, 100, above=True),
         window_s=limits.duration("window", d.window_s),
+        count_cordoned=limits.boolean("countCordoned", d.count_cordoned),
     )
 
 
@@ -366,10 +367,11 @@ spec:
     noExecute: {_yaml(p.taint_no_execute)}  # true also evicts running pods
     drain: {_yaml(p.drain)}
     optOutLabel: {p.opt_out_label}  # nodes with this label are never touched
-  limits:  # circuit breaker: once tripped, no new quarantine until reset-breaker
+  limits:  # nodes out at once, and quarantines per window (one more trips the breaker)
     fleet: {{maxNodes: {lim.fleet_max_nodes}, maxPercent: {_yaml(lim.fleet_max_percent)}}}
     pool: {{maxNodes: {lim.pool_max_nodes}, maxPercent: {_yaml(lim.pool_max_percent)}}}
-    window: {dur(lim.window_s)}
+    window: {dur(lim.window_s)}  # the breaker trips at a limit's quarantines in a window
+    countCordoned: {_yaml(lim.count_cordoned)}  # nodes cordoned by others count as out
   quotas:  # Kueue GPU quota follows healthy capacity
     enabled: {_yaml(p.rebalance_quotas)}
     maxRemoved: {{gpus: {q.max_removed_gpus}, percent: {_yaml(q.max_removed_percent)}, \
