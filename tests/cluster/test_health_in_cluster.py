@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from container_pods import pod_spec
 from health_pods import (
     ACCOUNT,
     NAMESPACE,
@@ -36,6 +37,9 @@ from health_pods import (
 )
 from platform_install import Installed
 
+from gridloop import names
+from gridloop.health import status_configmap as status
+from gridloop.health.reading import connect
 from gridloop.local import launching
 from gridloop.local.build import building
 
@@ -153,6 +157,73 @@ def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_a
     assert {e["user"]["username"] for e in on_node + on_queue} == {USER}
     assert {e["responseStatus"]["code"] for e in on_node + on_queue} == {200}
     assert quarantine_events(local_cluster, node, since) == 1
+
+
+TENANT = "team-default"
+# A forged exporter: an XID 79, a growing ECC double-bit count and a GPU of its own for
+# the victim node, labelled as dcgm-exporter labels them (node, Hostname, hostname)
+FORGED = """\
+mkdir -p /www && n=0
+while true; do
+  n=$((n+1)); l='gpu="0",UUID="GPU-forged-0",node="{node}",Hostname="{node}",hostname="{node}"'
+  {{ echo "DCGM_FI_DEV_XID_ERRORS{{$l}} 79"
+    echo "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{$l}} $n"
+    echo "DCGM_FI_DEV_GPU_TEMP{{$l}} 40"; }} > /www/metrics.new && mv /www/metrics.new /www/metrics
+  sleep 1
+done &
+exec httpd -f -p 8000 -h /www
+"""
+
+
+@pytest.fixture
+def forged(local_cluster) -> Iterator[str]:
+    """A tenant's pod forging DCGM faults for a healthy node, behind a Service the local
+    Prometheus scrapes (labelled gridloop.io/model, as a model's Service is); its node."""
+    victim, core = "eu-west-h100-003", local_cluster.core
+    pod = pod_spec("forged-dcgm", ["sh", "-c", FORGED.format(node=victim)])
+    pod["metadata"]["labels"] = {"app": "forged-dcgm"}
+    pod["spec"]["restartPolicy"] = "Always"
+    pod["spec"]["volumes"] = [{"name": "www", "emptyDir": {}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "www", "mountPath": "/www"}]
+    pod["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8000}]
+    service = {
+        "metadata": {"name": "forged-dcgm", "labels": {names.MODEL_LABEL: "forged"}},
+        "spec": {"selector": {"app": "forged-dcgm"}, "ports": [{"name": "http", "port": 8000}]},
+    }
+    core.create_namespaced_pod(TENANT, pod)
+    core.create_namespaced_service(TENANT, service)
+    try:
+        yield victim
+    finally:
+        core.delete_namespaced_service("forged-dcgm", TENANT)
+        core.delete_namespaced_pod("forged-dcgm", TENANT, grace_period_seconds=0)
+
+
+def test_a_tenants_pod_forging_dcgm_faults_quarantines_nothing(
+    platform, local_cluster, forged, eventually
+) -> None:
+    """The security review's attack (2026-12-04), which then got a healthy node
+    quarantined within 60 s: the service reads only its exporter job's series. That it
+    still acts on a real fault is test_a_fault_is_quarantined_... above (the simulator's:
+    no GPU here); no quarantine is made here, as the shipped breaker allows two an hour."""
+    victim, flavor = forged, "eu-west-h100"
+    before = gpu_quota(local_cluster, flavor)
+    prom = connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
+    at_victim = f'node="{victim}", job!="{names.EXPORTER_JOB}"'
+
+    def scraped() -> object:
+        xid = prom.custom_query(f"DCGM_FI_DEV_XID_ERRORS{{{at_victim}}} == 79")
+        ecc = prom.custom_query(f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{at_victim}}}[20s]) > 0")
+        return xid and ecc
+
+    # the forgery is in Prometheus, where the service's PromQL found it before
+    eventually(scraped, "the forged XID 79 and ECC increase scraped from the tenant's pod", 90)
+    for _ in range(4):  # four of the service's 5 s cycles with the forgery there
+        time.sleep(5)
+        assert not tainted(local_cluster, victim), leader_logs(local_cluster)
+    assert scraped(), "the forgery was there all along"
+    assert gpu_quota(local_cluster, flavor) == before
+    assert not status.load(local_cluster.core, NAMESPACE).breaker.tripped
 
 
 def test_killing_the_leader_hands_over_with_no_duplicate_or_lost_action(

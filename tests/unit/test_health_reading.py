@@ -89,7 +89,8 @@ def test_presence_and_up_are_one_query_so_one_view_of_prometheus_answers_both():
     assert q["presence"] == (
         'label_replace(up{job="dcgm-exporter"}, "gridloop_family", "up", "", "") or '
         "label_replace(max by (UUID, gpu, node, Hostname, hostname) "
-        '(timestamp(DCGM_FI_DEV_GPU_TEMP)), "gridloop_family", "present", "", "")'
+        '(timestamp(DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"})), "gridloop_family", "present", '
+        '"", "")'
     )
     answer = [
         series(1, node="a", gridloop_family="up"),
@@ -106,7 +107,8 @@ def test_the_xid_events_and_the_failed_scrapes_are_one_query_so_one_view_answers
     q = queries(Policy(), "dcgm-exporter")
 
     assert q["events"] == (
-        'label_replace(DCGM_FI_DEV_XID_ERRORS != 0, "gridloop_family", "xid", "", "") or '
+        'label_replace(DCGM_FI_DEV_XID_ERRORS{job="dcgm-exporter"} != 0, "gridloop_family", '
+        '"xid", "", "") or '
         'label_replace(up{job="dcgm-exporter"} == 0, "gridloop_family", "down", "", "")'
     )
 
@@ -227,9 +229,17 @@ def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifyin
             ]:
                 assert side.endswith(("> 0", "!= 0", "== 0")), family
     assert (
-        "max by (UUID, gpu, node, Hostname, hostname) (timestamp(DCGM_FI_DEV_GPU_TEMP))"
-        in (q["presence"])
+        "max by (UUID, gpu, node, Hostname, hostname) "
+        '(timestamp(DCGM_FI_DEV_GPU_TEMP{job="dcgm-exporter"}))' in (q["presence"])
     )
+
+
+def test_every_series_asked_for_is_the_exporter_jobs_own():
+    """A DCGM-named series from another scrape (a tenant's pod) is never read."""
+    q = queries(Policy(), "dcgm-exporter")
+    promql = " ".join(q.values())
+    selectors = re.findall(r'(?<!")\b(DCGM_FI_\w+|up)\b(?!")(\{[^}]*\})?', promql)
+    assert selectors and all(sel == '{job="dcgm-exporter"}' for _, sel in selectors), selectors
 
 
 def test_nvlink_counters_are_asked_one_by_one_and_their_rates_add_up_per_gpu():

@@ -246,19 +246,22 @@ def answer(promql: str, stored: list[tuple[Labels, float]]) -> list[Sample]:
         ]
     if down := re.fullmatch(r'(up\{job="[^"]+"\}) == 0', promql):
         return [s for s in answer(down.group(1), stored) if float(s["value"][1]) == 0]
-    if present := re.fullmatch(r"max by \(([^)]*)\) \(timestamp\((\w+)\)\)", promql):
+    job = r'\{job="([^"]+)"\}'  # every series the service asks for is its exporter job's
+    if present := re.fullmatch(rf"max by \(([^)]*)\) \(timestamp\((\w+){job}\)\)", promql):
         keys = present.group(1).split(", ")
         groups = {
             frozenset((k, labels[k]) for k in keys if k in labels)
             for labels, _ in stored
-            if labels["__name__"] == present.group(2)
+            if labels["__name__"] == present.group(2) and labels.get("job") == present.group(3)
         }
         return [{"metric": dict(g), "value": [NOW, str(NOW)]} for g in sorted(groups, key=sorted)]
-    if nonzero := re.fullmatch(r"(\w+) != 0", promql):
+    if nonzero := re.fullmatch(rf"(\w+){job} != 0", promql):
         return [
             {"metric": labels, "value": [NOW, str(value)]}
             for labels, value in stored
-            if labels["__name__"] == nonzero.group(1) and value != 0
+            if labels["__name__"] == nonzero.group(1)
+            and labels.get("job") == nonzero.group(2)
+            and value != 0
         ]
     return []  # the families over windows: see the module docstring
 
@@ -304,7 +307,8 @@ def test_each_real_shape_is_attributed_to_its_node_and_its_xid_read_once(
 
 
 def test_the_xid_answer_is_dcgm_exporter_4s_labelled_series_and_the_code_reads_as_is() -> None:
-    stored = scrape(render_node(SECOND, xid(SECOND, 1, 13), NOW, STARTED, PODNAME), {})
+    exporter = {"job": prometheus_config.EXPORTER_JOB}
+    stored = scrape(render_node(SECOND, xid(SECOND, 1, 13), NOW, STARTED, PODNAME), exporter)
 
     (only,) = answer(QUERIES[EVENTS_AND_DOWN], stored)  # no exporter down: only the XID
 

@@ -84,19 +84,28 @@ def _window(seconds: float) -> str:
 
 
 def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
-    """Family name -> PromQL. Families with a threshold switched off are not queried."""
+    """Family name -> PromQL. Families with a threshold switched off are not queried.
+
+    Every series is the exporter job's own (`exporter_job`): a DCGM-named series from any
+    other scrape (a tenant's pod that Prometheus also scrapes can serve any text) is never
+    read, so it can neither fake a fault nor hide one."""
     s, repeat = policy.signals, _window(policy.xid_repeat_window_s)
+    job = f'{{job="{exporter_job}"}}'
+
+    def ours(metric: str) -> str:
+        return metric + job
+
     scrape = _window(policy.scrape_interval_s)
     # which GPUs report, and when each was last scraped (the answer's own evaluation
     # time minus the newest of these is how stale Prometheus is); and each exporter's up
-    present = f"max by ({', '.join(GPU_KEYS)}) (timestamp({PRESENCE}))"
-    up = f'up{{job="{exporter_job}"}}'
+    present = f"max by ({', '.join(GPU_KEYS)}) (timestamp({ours(PRESENCE)}))"
+    up = ours("up")
     q = {
         PRESENCE_AND_UP: f"{_tagged(up, 'up')} or {_tagged(present, 'present')}",
         EVENTS_AND_DOWN: (
-            f"{_tagged(f'{dcgm.XID_ERRORS} != 0', 'xid')} or {_tagged(f'{up} == 0', DOWN)}"
+            f"{_tagged(f'{ours(dcgm.XID_ERRORS)} != 0', 'xid')} or {_tagged(f'{up} == 0', DOWN)}"
         ),
-        FRESHNESS: f'max(timestamp(up{{job="{exporter_job}"}}))',
+        FRESHNESS: f"max(timestamp({up}))",
         # the XID gauge holds the last code: each change in the window counts as an event
         # (a new code, or a return to 0 after a reset; the same code twice in a row is
         # invisible in this gauge, as it is in dcgm-exporter's). dcgm-exporter 3.3.6 and
@@ -104,26 +113,27 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         # code a series of its own that never changes: the changes are counted on each
         # GPU's one series with those labels dropped, sampled once per scrape interval
         "xid_repeats": (
-            f"changes((max without (err_code, err_msg) ({dcgm.XID_ERRORS}))[{repeat}:{scrape}]) > 0"
+            f"changes((max without (err_code, err_msg) ({ours(dcgm.XID_ERRORS)}))"
+            f"[{repeat}:{scrape}]) > 0"
         ),
-        "row_remap_pending": f"{dcgm.ROW_REMAP_PENDING} != 0",
+        "row_remap_pending": f"{ours(dcgm.ROW_REMAP_PENDING)} != 0",
     }
     if s.ecc_dbe_volatile:
         # a fresh increase, seen over the last few scrapes; the quarantine itself lasts
         # until the GPU has been clean for the hold-down
         recent = _window(4 * policy.scrape_interval_s)
-        q["ecc_dbe"] = f"increase({dcgm.ECC_DBE_VOL}[{recent}]) > 0"
+        q["ecc_dbe"] = f"increase({ours(dcgm.ECC_DBE_VOL)}[{recent}]) > 0"
     if s.row_remap_failure:
-        q["row_remap_failure"] = f"{dcgm.ROW_REMAP_FAILURE} != 0"
+        q["row_remap_failure"] = f"{ours(dcgm.ROW_REMAP_FAILURE)} != 0"
     if s.retired_pages_pending:
-        q["retired_pending"] = f"{dcgm.RETIRED_PENDING} != 0"
+        q["retired_pending"] = f"{ours(dcgm.RETIRED_PENDING)} != 0"
     if s.thermal_violation:
         w = _window(s.thermal_violation.window_s)
         # the violation counters count microseconds throttled: rate / 1e6 = fraction of time
-        q["thermal"] = f"rate({dcgm.THERMAL_VIOLATION}[{w}]) / 1e6 > 0"
+        q["thermal"] = f"rate({ours(dcgm.THERMAL_VIOLATION)}[{w}]) / 1e6 > 0"
     if s.power_violation:
         q["power"] = (
-            f"rate({dcgm.POWER_VIOLATION}[{_window(s.power_violation.window_s)}]) / 1e6 > 0"
+            f"rate({ours(dcgm.POWER_VIOLATION)}[{_window(s.power_violation.window_s)}]) / 1e6 > 0"
         )
     if s.nvlink_errors:
         w, by = _window(s.nvlink_errors.window_s), ", ".join(GPU_KEYS)
@@ -131,7 +141,7 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
         # several metric names at once, and padding each term with zeros to add them in
         # PromQL costs an aggregation over every GPU per term
         for name, metric in NVLINK_METRICS.items():
-            q[f"nvlink_{name.lower()}"] = f"sum by ({by}) (rate({metric}[{w}])) > 0"
+            q[f"nvlink_{name.lower()}"] = f"sum by ({by}) (rate({ours(metric)}[{w}])) > 0"
     if s.pcie_replays:
-        q["pcie"] = f"rate({dcgm.PCIE_REPLAY}[{_window(s.pcie_replays.window_s)}]) > 0"
+        q["pcie"] = f"rate({ours(dcgm.PCIE_REPLAY)}[{_window(s.pcie_replays.window_s)}]) > 0"
     return q

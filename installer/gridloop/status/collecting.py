@@ -639,12 +639,9 @@ class Collector:
         if self.prom is None:
             return None
         keys = ", ".join(HOST_KEYS)  # the scrape's node first (health's reading.resolve)
+        job = f'{{job="{self.source.exporter_job}"}}'  # the exporter's own series only
         answers = reading.read(
-            self.prom,
-            {
-                "present": f"count by ({keys}) ({PRESENCE})",
-                "up": f'up{{job="{self.source.exporter_job}"}}',
-            },
+            self.prom, {"present": f"count by ({keys}) ({PRESENCE}{job})", "up": f"up{job}"}
         )
         if isinstance(answers, str):
             problems["prometheus"] = answers
