@@ -16,6 +16,11 @@ EXPORTER_JOB = "dcgm-exporter"
 # the taint the health service quarantines a GPU node with: no model server or job may
 # tolerate it, the DCGM exporter always does (it must see the GPUs to release the node)
 QUARANTINE_TAINT_KEY = "gridloop.io/gpu-unhealthy"
+# what else of a node the health service owns (the chart's admission policy lets its
+# ServiceAccount change on a node only these, the taint and spec.unschedulable): its state
+# label and the annotations of its record
+HEALTH_STATE_LABEL = "gridloop.io/gpu-health"
+HEALTH_ANNOTATION_PREFIX = "health.gridloop.io/"
 
 # the resource and node labels of NVIDIA's device plugin and GPU Feature Discovery, which
 # gridloop's simulated nodes carry as real ones do

@@ -38,7 +38,9 @@ from health_pods import (
 from platform_install import Installed
 
 from gridloop import names
+from gridloop.health import patches
 from gridloop.health import status_configmap as status
+from gridloop.health.actions import Quarantine
 from gridloop.health.reading import connect
 from gridloop.local import launching
 from gridloop.local.build import building
@@ -125,6 +127,97 @@ def test_its_service_account_may_do_what_it_does_and_nothing_more(
     )
 
     assert result.stdout.strip() == ("yes" if allowed else "no"), result.stdout + result.stderr
+
+
+def _patch_node_as_the_service(platform, node: str, body: dict, *flags: str):
+    """`kubectl patch node` with the health service's own identity (impersonated)."""
+    return subprocess.run(
+        [str(building.binary("kubectl")), "patch", "node", node,
+         "-p", json.dumps(body), "--as", USER, *(flags or ("--type", "merge"))],
+        capture_output=True, text=True, env=platform.env,
+    )  # fmt: skip
+
+
+POLICY = f"{ACCOUNT}-node-fields"
+
+
+@pytest.mark.parametrize(
+    ("body", "refusal"),
+    [
+        pytest.param(
+            {"metadata": {"labels": {"gridloop.io/team": "mine"}}},
+            "may change only its own label (gridloop.io/gpu-health)",
+            id="a-label-it-does-not-own",
+        ),
+        pytest.param(
+            {"metadata": {"annotations": {"example.com/owner": "me"}}},
+            "may change only its own annotations (health.gridloop.io/*)",
+            id="an-annotation-it-does-not-own",
+        ),
+        pytest.param(
+            {"spec": {"taints": [{"key": "example.com/mine", "effect": "NoSchedule"}]}},
+            "may change only its own taint (gridloop.io/gpu-unhealthy)",
+            id="a-taint-it-does-not-own",
+        ),
+        pytest.param(
+            {"spec": {"providerID": "kwok://elsewhere"}},
+            "may change only spec.unschedulable and its taint",
+            id="another-spec-field",
+        ),
+    ],
+)
+def test_the_service_account_may_change_on_a_node_only_what_the_service_owns(
+    platform, local_cluster, body: dict, refusal: str
+) -> None:
+    node = "eu-west-h100-001"
+    before = local_cluster.core.read_node(node)
+
+    refused = _patch_node_as_the_service(platform, node, body)
+
+    assert refused.returncode != 0, refused.stdout
+    assert f"ValidatingAdmissionPolicy '{POLICY}'" in refused.stderr, refused.stderr
+    assert refusal in refused.stderr, refused.stderr
+    after = local_cluster.core.read_node(node)
+    assert after.metadata.resource_version == before.metadata.resource_version
+
+
+def test_its_own_quarantine_and_release_pass_and_node_status_is_not_its_to_touch(
+    platform, local_cluster, eventually
+) -> None:
+    """The service's own patches (health.patches, as it sends them) go through the policy;
+    this node's real quarantine is the fault test's below, its release is only here."""
+    node, flavor = "onprem-fra-a100-007", "onprem-fra-a100"  # no other test here uses it
+    before = gpu_quota(local_cluster, flavor)
+    read = lambda: local_cluster.api.sanitize_for_serialization(  # noqa: E731
+        local_cluster.core.read_node(node)
+    )
+    out = Quarantine(node, frozenset({"GPU-x:xid-79"}), ("GPU-x",), "xid-79 on GPU 0", False)
+
+    def send(patch: dict) -> None:
+        del patch["metadata"]["resourceVersion"]  # the running service may write in between
+        done = _patch_node_as_the_service(platform, node, patch, "--type", "strategic")
+        assert done.returncode == 0, done.stderr
+
+    send(patches.quarantine(read(), out, time.time()))
+    # the node controller taints a cordoned node (node.kubernetes.io/unschedulable): the
+    # release is built after that, as the service's is from its watch
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not [
+        t
+        for t in read()["spec"].get("taints", [])
+        if t["key"] == "node.kubernetes.io/unschedulable"
+    ]:
+        time.sleep(0.5)
+    send(patches.release(read()))
+    clean = local_cluster.core.read_node(node)
+    assert not tainted(local_cluster, node) and not clean.spec.unschedulable
+    assert names.HEALTH_STATE_LABEL not in clean.metadata.labels
+    assert not [a for a in clean.metadata.annotations or {} if a.startswith("health.gridloop.io/")]
+    # node status is not among its rights at all: RBAC refuses before any policy runs
+    capacity = {"status": {"capacity": {"nvidia.com/gpu": "80"}}}
+    refused = _patch_node_as_the_service(platform, node, capacity, "--subresource", "status")
+    assert refused.returncode != 0 and "forbidden" in refused.stderr, refused.stderr
+    eventually(lambda: gpu_quota(local_cluster, flavor) == before, "its quota back", 60)
 
 
 def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_alone(

@@ -23,6 +23,7 @@ import pytest
 import yaml
 from chart_files import CHART, EVERYTHING, PROFILE_NAMES, REPO, UPSTREAM_OFF
 
+from gridloop import names
 from gridloop.bundle.sources import source_for
 from gridloop.chart.objects import quantity
 from gridloop.dcgm import METRICS
@@ -710,6 +711,35 @@ def test_health_rbac_grants_exactly_what_the_service_calls(render: Render) -> No
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
         ]
+
+
+def test_the_health_account_may_change_on_a_node_only_what_the_service_owns(
+    render: Render,
+) -> None:
+    """RBAC grants patch on whole nodes; the policy narrows it to the service's own fields
+    (tests/cluster/test_health_in_cluster.py runs it on the API server)."""
+    docs = render()
+    policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-health-node-fields")["spec"]
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-health-node-fields")
+    assert binding["spec"] == {
+        "policyName": "gridloop-health-node-fields",
+        "validationActions": ["Deny"],
+    }
+    assert policy["failurePolicy"] == "Fail"
+    assert policy["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+    ]
+    (condition,) = policy["matchConditions"]
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:gridloop-health"'
+    )
+    owned = {v["name"]: v["expression"] for v in policy["variables"]}
+    assert (owned["taint"], owned["label"], owned["prefix"]) == (
+        f'"{names.QUARANTINE_TAINT_KEY}"',
+        f'"{names.HEALTH_STATE_LABEL}"',
+        f'"{names.HEALTH_ANNOTATION_PREFIX}"',
+    )
+    assert len(policy["validations"]) == 4
 
 
 # --- secure defaults ---

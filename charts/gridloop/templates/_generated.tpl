@@ -26,3 +26,15 @@ healthy).
 {{- define "gridloop.quarantineTaintKey" -}}
 gridloop.io/gpu-unhealthy
 {{- end -}}
+
+{{- /*
+What else of a node the health service owns: its state label and its record's annotations
+(the admission policy in health-rbac.yaml lets its ServiceAccount change only these, the
+taint and spec.unschedulable).
+*/ -}}
+{{- define "gridloop.healthStateLabel" -}}
+gridloop.io/gpu-health
+{{- end -}}
+{{- define "gridloop.healthAnnotationPrefix" -}}
+health.gridloop.io/
+{{- end -}}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from gridloop import names
 
 # what gridloop writes on a node it quarantines (the record `plan()` reads back)
-ANNOTATION_PREFIX = "health.gridloop.io/"
+ANNOTATION_PREFIX = names.HEALTH_ANNOTATION_PREFIX
 QUARANTINED_AT = ANNOTATION_PREFIX + "quarantined-at"
 REASON = ANNOTATION_PREFIX + "reason"
 GPUS = ANNOTATION_PREFIX + "gpus"
@@ -22,7 +22,7 @@ FAULTS = ANNOTATION_PREFIX + "faults"
 HEALTHY_SINCE = ANNOTATION_PREFIX + "healthy-since"
 ACKNOWLEDGED = ANNOTATION_PREFIX + "acknowledged-faults"
 QUARANTINED_BY = ANNOTATION_PREFIX + "quarantined-by"
-STATE_LABEL = "gridloop.io/gpu-health"
+STATE_LABEL = names.HEALTH_STATE_LABEL
 TAINT_KEY = names.QUARANTINE_TAINT_KEY
 MANAGER = "gridloop-health"
 

@@ -56,6 +56,22 @@ healthy).
         + names.QUARANTINE_TAINT_KEY
         + """
 {{- end -}}
+
+{{- /*
+What else of a node the health service owns: its state label and its record's annotations
+(the admission policy in health-rbac.yaml lets its ServiceAccount change only these, the
+taint and spec.unschedulable).
+*/ -}}
+{{- define "gridloop.healthStateLabel" -}}
+"""
+        + names.HEALTH_STATE_LABEL
+        + """
+{{- end -}}
+{{- define "gridloop.healthAnnotationPrefix" -}}
+"""
+        + names.HEALTH_ANNOTATION_PREFIX
+        + """
+{{- end -}}
 """
     )
 
