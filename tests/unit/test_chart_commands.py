@@ -195,7 +195,12 @@ def test_local_profile_runs_the_controllers_on_the_container_nodes_and_leaves_ou
         d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
         for d in of_kind(docs, "ConfigMap")
     ), "dashboards are plain ConfigMaps and stay on"
-    assert len(of_kind(docs, "ValidatingAdmissionPolicyBinding")) == 2
+    # the sandboxes' isolation, GPU work through the queue, the health account's node fields
+    assert names(docs, "ValidatingAdmissionPolicyBinding") == {
+        "gridloop-sandbox-isolation",
+        "gridloop-gpu-jobs-queued",
+        "gridloop-health-node-fields",
+    }
 
 
 @needs_helm_and_kubectl
