@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from container_pods import pod_spec
+from container_pods import kubectl, pod_spec
 from health_pods import (
     ACCOUNT,
     NAMESPACE,
@@ -129,13 +129,11 @@ def test_its_service_account_may_do_what_it_does_and_nothing_more(
     assert result.stdout.strip() == ("yes" if allowed else "no"), result.stdout + result.stderr
 
 
-def _patch_node_as_the_service(platform, node: str, body: dict, *flags: str):
-    """`kubectl patch node` with the health service's own identity (impersonated)."""
-    return subprocess.run(
-        [str(building.binary("kubectl")), "patch", "node", node,
-         "-p", json.dumps(body), "--as", USER, *(flags or ("--type", "merge"))],
-        capture_output=True, text=True, env=platform.env,
-    )  # fmt: skip
+def _patch_node_as_the_service(local_cluster, node: str, body: dict, *flags: str):
+    """`kubectl patch node` with the health service's own identity (impersonated); a
+    merge patch unless `flags` say otherwise."""
+    how = flags or ("--type", "merge")
+    return kubectl(local_cluster, "patch", "node", node, "-p", json.dumps(body), "--as", USER, *how)
 
 
 POLICY = f"{ACCOUNT}-node-fields"
@@ -172,7 +170,7 @@ def test_the_service_account_may_change_on_a_node_only_what_the_service_owns(
     node = "eu-west-h100-001"
     before = local_cluster.core.read_node(node)
 
-    refused = _patch_node_as_the_service(platform, node, body)
+    refused = _patch_node_as_the_service(local_cluster, node, body)
 
     assert refused.returncode != 0, refused.stdout
     assert f"ValidatingAdmissionPolicy '{POLICY}'" in refused.stderr, refused.stderr
@@ -195,7 +193,7 @@ def test_its_own_quarantine_and_release_pass_and_node_status_is_not_its_to_touch
 
     def send(patch: dict) -> None:
         del patch["metadata"]["resourceVersion"]  # the running service may write in between
-        done = _patch_node_as_the_service(platform, node, patch, "--type", "strategic")
+        done = _patch_node_as_the_service(local_cluster, node, patch, "--type", "strategic")
         assert done.returncode == 0, done.stderr
 
     send(patches.quarantine(read(), out, time.time()))
@@ -212,11 +210,17 @@ def test_its_own_quarantine_and_release_pass_and_node_status_is_not_its_to_touch
     clean = local_cluster.core.read_node(node)
     assert not tainted(local_cluster, node) and not clean.spec.unschedulable
     assert names.HEALTH_STATE_LABEL not in clean.metadata.labels
-    assert not [a for a in clean.metadata.annotations or {} if a.startswith("health.gridloop.io/")]
+    owned = [
+        a for a in clean.metadata.annotations or {} if a.startswith(names.HEALTH_ANNOTATION_PREFIX)
+    ]
+    assert not owned, owned
     # node status is not among its rights at all: RBAC refuses before any policy runs
     capacity = {"status": {"capacity": {"nvidia.com/gpu": "80"}}}
-    refused = _patch_node_as_the_service(platform, node, capacity, "--subresource", "status")
-    assert refused.returncode != 0 and "forbidden" in refused.stderr, refused.stderr
+    refused = _patch_node_as_the_service(local_cluster, node, capacity, "--subresource", "status")
+    assert refused.returncode != 0, refused.stdout
+    # (kubectl reads the object before it patches: that read is already refused)
+    assert 'forbidden: User "system:serviceaccount:' in refused.stderr, refused.stderr
+    assert 'resource "nodes/status"' in refused.stderr, refused.stderr
     eventually(lambda: gpu_quota(local_cluster, flavor) == before, "its quota back", 60)
 
 
@@ -254,7 +258,7 @@ def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_a
 
 TENANT = "team-default"
 # A forged exporter: an XID 79, a growing ECC double-bit count and a GPU of its own for
-# the victim node, labelled as dcgm-exporter labels them (node, Hostname, hostname)
+# the victim node, under every host label the service reads (node, Hostname, hostname)
 FORGED = """\
 mkdir -p /www && n=0
 while true; do
