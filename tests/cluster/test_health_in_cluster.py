@@ -35,14 +35,15 @@ from health_pods import (
     quarantine_events,
     tainted,
 )
-from platform_install import Installed
+from platform_install import GRIDLOOP, Installed
 
 from gridloop import names
 from gridloop.health import patches
 from gridloop.health import status_configmap as status
 from gridloop.health.actions import Quarantine
+from gridloop.health.observed import OTHER_SCRAPE
 from gridloop.health.reading import connect
-from gridloop.local import launching
+from gridloop.local import launching, prometheus_config
 from gridloop.local.build import building
 
 pytestmark = pytest.mark.cluster
@@ -321,6 +322,20 @@ def test_a_tenants_pod_forging_dcgm_faults_quarantines_nothing(
     assert scraped(), "the forgery was there all along"
     assert gpu_quota(local_cluster, flavor) == before
     assert not status.load(local_cluster.core, NAMESPACE).breaker.tripped
+
+    # ignored, and counted: the health pods' own metric, as the local Prometheus scrapes it
+    source = f"job {prometheus_config.VLLM_JOB}, namespace {TENANT}"  # how it was scraped
+    counted = f'gridloop_health_ignored_series_total{{reason="{OTHER_SCRAPE}"}} > 0'
+    eventually(lambda: prom.custom_query(counted), "the ignored series counted", 60)
+    # and named by `gridloop status`, from the service's status ConfigMap
+    shown = subprocess.run(
+        [GRIDLOOP, "status", "--kubeconfig",
+         str(local_cluster.kubeconfig), "--health-namespace", NAMESPACE, "--output", "table"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [x for x in shown.stdout.splitlines() if x.startswith("IGNORED: ")]
+    assert f"from {source} ({OTHER_SCRAPE})" in line, line
 
 
 def test_killing_the_leader_hands_over_with_no_duplicate_or_lost_action(

@@ -668,6 +668,29 @@ def test_health_service_runs_with_leader_election_and_probes(render: Render) -> 
     assert named(docs, "Service", "gridloop-health")["spec"]["ports"][0]["port"] == 9464
 
 
+def _health_flags(docs: list[Doc]) -> dict[str, str]:
+    command = named(docs, "Deployment", "gridloop-health")["spec"]["template"]["spec"][
+        "containers"
+    ][0]["command"]
+    return dict(zip(command[3::2], command[4::2], strict=False))
+
+
+@needs_helm
+def test_the_health_service_reads_the_series_of_the_exporter_the_charts_servicemonitor_scrapes(
+    render: Render,
+) -> None:
+    """Job and namespace: the namespace label is what the chart's ServiceMonitor gives its
+    targets, so a scrape config a tenant writes with the same job name is not read."""
+    flags = _health_flags(render())
+    assert (flags["--exporter-job"], flags["--exporter-namespace"]) == ("dcgm-exporter", NAMESPACE)
+    moved = render(sets=("dcgmExporter.serviceMonitor.namespace=gpu-operator",))
+    assert _health_flags(moved)["--exporter-namespace"] == "gpu-operator"
+    # no ServiceMonitor: whoever scrapes the exporter names the namespace, if any
+    unscraped = _health_flags(render(sets=("monitoring.enabled=false",)))
+    assert "--exporter-namespace" not in unscraped
+    assert unscraped["--exporter-job"] == "dcgm-exporter"
+
+
 def rule_grants(rules: list[Doc]) -> set[tuple[str, str, str, str]]:
     return {
         (group, resource, verb, ",".join(rule.get("resourceNames", [])))

@@ -9,11 +9,20 @@ import time
 import pytest
 
 from gridloop.health.actions import ClearHealthy, Hold, MarkHealthy, Warn
-from gridloop.health.observed import Breaker, NodeView, Observed, Record
+from gridloop.health.observed import (
+    HOST_MISMATCH,
+    NO_NODE,
+    OTHER_SCRAPE,
+    Breaker,
+    Ignored,
+    NodeView,
+    Observed,
+    Record,
+)
 from gridloop.health.plan import plan
 from gridloop.health.policy import Policy, Signals
 from gridloop.health.reading import baseline, connect, read, with_faults
-from gridloop.health.signals import BACKGROUND_FAMILIES, SLOW_FAMILIES, queries
+from gridloop.health.signals import BACKGROUND_FAMILIES, READ_METRICS, SLOW_FAMILIES, queries
 
 NODES = {n: NodeView(n, "lab/l4", 2) for n in ("a", "b")}
 
@@ -30,18 +39,18 @@ def series(value: float, **labels: str) -> dict:
     return {"metric": labels, "value": [NOW, str(value)]}
 
 
-def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
+def test_series_map_to_nodes_by_the_scrapes_node_label_and_to_gpus_by_uuid():
     results = {
         "present": [  # the value is when the GPU was last scraped
-            series(NOW - 4.5, Hostname="a", UUID="GPU-a0", gpu="0"),
-            series(NOW - 9.0, hostname="b", UUID="GPU-b1", gpu="1"),
+            series(NOW - 4.5, node="a", Hostname="a", UUID="GPU-a0", gpu="0"),
+            series(NOW - 9.0, node="b", hostname="b", UUID="GPU-b1", gpu="1"),
         ],
         "xid": [
-            series(79, Hostname="a", UUID="GPU-a0", gpu="0"),
-            series(0, hostname="b", UUID="GPU-b1", gpu="1"),
+            series(79, node="a", Hostname="a", UUID="GPU-a0", gpu="0"),
+            series(0, node="b", hostname="b", UUID="GPU-b1", gpu="1"),
         ],
-        "ecc_dbe": [series(2, hostname="b", UUID="GPU-b1")],
-        "up": [series(1, node="a"), series(1, Hostname="b")],
+        "ecc_dbe": [series(2, node="b", hostname="b", UUID="GPU-b1")],
+        "up": [series(1, node="a"), series(1, node="b")],
     }
 
     obs = observed(results, NODES)
@@ -50,21 +59,22 @@ def test_series_map_to_nodes_by_either_host_label_and_to_gpus_by_uuid():
     assert obs.gpus["b"]["GPU-b1"].ecc_dbe_increase == 2.0
     assert obs.exporter_up == {"a": True, "b": True}
     assert obs.newest_sample_age_s == 4.5
+    assert obs.ignored == () and obs.unmatched == ()
 
 
 def test_a_cycle_lays_its_fault_samples_over_the_background_baseline_without_changing_it():
     base = baseline(
         {
             "present": [
-                series(NOW - 2.0, Hostname="a", UUID="GPU-a0", gpu="0"),
-                series(NOW - 3.0, Hostname="b", UUID="GPU-b0", gpu="0"),
+                series(NOW - 2.0, node="a", UUID="GPU-a0", gpu="0"),
+                series(NOW - 3.0, node="b", UUID="GPU-b0", gpu="0"),
             ],
-            "row_remap_failure": [series(1, Hostname="b", UUID="GPU-b0")],
+            "row_remap_failure": [series(1, node="b", UUID="GPU-b0")],
             "up": [series(1, node="a"), series(0, node="b")],
         }
     )
 
-    obs = with_faults(base, {"xid": [series(79, Hostname="a", UUID="GPU-a0")]}, NODES, NOW + 10)
+    obs = with_faults(base, {"xid": [series(79, node="a", UUID="GPU-a0")]}, NODES, NOW + 10)
     again = with_faults(base, {}, NODES, NOW + 10)
 
     assert obs.gpus["a"]["GPU-a0"].xid == 79
@@ -94,7 +104,7 @@ def test_presence_and_up_are_one_query_so_one_view_of_prometheus_answers_both():
     )
     answer = [
         series(1, node="a", gridloop_family="up"),
-        series(NOW - 2, Hostname="a", UUID="GPU-a0", gpu="0", gridloop_family="present"),
+        series(NOW - 2, node="a", UUID="GPU-a0", gpu="0", gridloop_family="present"),
     ]
 
     obs = with_faults(baseline({"presence": answer}), {}, NODES, NOW)
@@ -165,7 +175,7 @@ def test_a_fault_in_the_same_answer_as_a_failed_scrape_elsewhere_still_counts():
 def test_the_fault_read_alone_names_its_gpus_and_how_fresh_it_is_whatever_the_baseline():
     late = baseline({})  # the background read has not answered yet
     results = {
-        "xid": [series(79, Hostname="a", UUID="GPU-a0", gpu="0")],
+        "xid": [series(79, node="a", UUID="GPU-a0", gpu="0")],
         "ecc_dbe": [series(1, node="b", UUID="GPU-b1", gpu="1")],
         "fresh": [{"metric": {}, "value": [NOW, str(NOW - 3.0)]}],
     }
@@ -195,15 +205,16 @@ def test_a_fault_read_without_a_scrape_time_is_of_unknown_age(answer):
 def test_series_of_unknown_nodes_and_without_labels_are_ignored():
     results = {
         "present": [
-            series(40, Hostname="zzz", UUID="GPU-z"),
+            series(40, node="zzz", UUID="GPU-z"),
             series(40, UUID="GPU-nohost"),
-            series(40, Hostname="a"),
+            series(40, node="a"),
         ],
-        "xid": [series(79, Hostname="a", UUID="GPU-never-present")],
+        "xid": [series(79, node="a", UUID="GPU-never-present")],
     }
     obs = observed(results, NODES)
     assert obs.gpus == {}
     assert obs.newest_sample_age_s is None
+    assert obs.unmatched == ("zzz",)
 
 
 def test_a_down_exporter_reads_as_down_and_a_missing_one_as_absent():
@@ -220,7 +231,8 @@ def test_one_query_per_family_for_the_whole_fleet_and_none_for_switched_off_sign
 
 def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifying_labels():
     q = queries(Policy(), "dcgm-exporter")
-    whole_fleet = {"presence", "fresh"}  # "fresh" is one value for the whole fleet
+    # "fresh" is one value for the whole fleet; "others" one count per foreign scrape job
+    whole_fleet = {"presence", "fresh", "others"}
     for family, promql in q.items():
         if family not in whole_fleet:
             # a combined answer's families: each side, filtered (`up == 0`: only the down)
@@ -235,15 +247,52 @@ def test_fault_families_come_back_filtered_to_nonzero_and_presence_to_identifyin
 
 
 def test_every_series_asked_for_is_the_exporter_jobs_own():
-    """A DCGM-named series from another scrape (a tenant's pod) is never read."""
+    """A DCGM-named series from another scrape (a tenant's pod) is never read; only
+    counted, by the one query that asks for what is not the exporter's."""
     q = queries(Policy(), "dcgm-exporter")
-    promql = " ".join(q.values())
+    promql = " ".join(v for family, v in q.items() if family != "others")
     selectors = re.findall(r'(?<!")\b(DCGM_FI_\w+|up)\b(?!")(\{[^}]*\})?', promql)
     assert selectors and all(sel == '{job="dcgm-exporter"}' for _, sel in selectors), selectors
+    assert q["others"] == (
+        'count by (job, namespace) ({__name__=~"' + "|".join(READ_METRICS) + '", '
+        'job!="dcgm-exporter"})'
+    )
+
+
+def test_on_a_cluster_the_exporters_namespace_is_asked_for_too():
+    q = queries(Policy(), "dcgm-exporter", "gpu-system")
+    promql = " ".join(v for family, v in q.items() if family != "others")
+    selectors = re.findall(r'(?<!")\b(DCGM_FI_\w+|up)\b(?!")(\{[^}]*\})?', promql)
+    assert {sel for _, sel in selectors} == {'{job="dcgm-exporter", namespace="gpu-system"}'}
+    # what is not the exporter's: another job, or its job in another namespace
+    assert q["others"].endswith(
+        ' or count by (job, namespace) ({__name__=~"' + "|".join(READ_METRICS) + '", '
+        'job="dcgm-exporter", namespace!="gpu-system"})'
+    )
+
+
+def test_other_scrapes_series_are_counted_by_job_and_namespace_and_read_as_no_nodes():
+    results = {
+        "present": [series(NOW - 1, node="a", UUID="GPU-a0", gpu="0")],
+        "up": [series(1, node="a")],
+        "others": [
+            series(3, job="vllm", namespace="team-default"),
+            series(1, job="forger"),
+        ],
+    }
+
+    obs = observed(results, NODES)
+
+    assert obs.ignored == (
+        Ignored(OTHER_SCRAPE, "job forger", 1),
+        Ignored(OTHER_SCRAPE, "job vllm, namespace team-default", 3),
+    )
+    assert str(obs.ignored[1]) == "3 from job vllm, namespace team-default (other-scrape)"
+    assert set(obs.gpus) == {"a"}
 
 
 def test_nvlink_counters_are_asked_one_by_one_and_their_rates_add_up_per_gpu():
-    gpu = {"Hostname": "a", "UUID": "GPU-a0"}
+    gpu = {"node": "a", "UUID": "GPU-a0"}
     results = {
         "present": [series(NOW - 1, **gpu)],
         "nvlink_replay": [series(0.5, **gpu)],
@@ -312,12 +361,15 @@ def _two_gpus(**host: str) -> list[dict]:
             "node, and Hostname a pod name",
             {"node": "gpu-node-1", "Hostname": "dcgm-exporter-7xk2p"},
         ),
-        ("Hostname a node (NODE_NAME set)", {"Hostname": "gpu-node-1"}),
+        ("Hostname the node (NODE_NAME set)", {"node": "gpu-node-1", "Hostname": "gpu-node-1"}),
         (
-            "hostname only (relabeled; dcgm-exporter spells NVLink series so)",
-            {"hostname": "gpu-node-1"},
+            "hostname (dcgm-exporter 4.8.3 on; its NVLink series before)",
+            {"node": "gpu-node-1", "hostname": "gpu-node-1"},
         ),
-        ("both spellings", {"Hostname": "gpu-node-1", "hostname": "gpu-node-1"}),
+        (
+            "both spellings",
+            {"node": "gpu-node-1", "Hostname": "gpu-node-1", "hostname": "gpu-node-1"},
+        ),
     ],
 )
 def test_each_label_shape_of_a_real_exporter_is_attributed_to_its_node(
@@ -333,26 +385,68 @@ def test_each_label_shape_of_a_real_exporter_is_attributed_to_its_node(
 
     assert set(obs.gpus) == {"gpu-node-1"}, shape
     assert [g.xid for g in obs.gpus["gpu-node-1"].values()] == [0, 79], shape
-    assert obs.unmatched == ()
+    assert obs.unmatched == () and obs.ignored == ()
 
 
-def test_pod_named_series_without_the_scrapes_node_label_match_no_node_and_hold() -> None:
+def test_series_without_the_scrapes_node_label_are_no_nodes_and_hold() -> None:
+    """A host label alone is what the series says, not where it was scraped: a scrape
+    without the chart's relabelling leaves every GPU of the exporter unplaced."""
     results = {
-        "present": _two_gpus(Hostname="dcgm-exporter-7xk2p") + _two_gpus(Hostname="gpu-node-2"),
+        "present": _two_gpus(Hostname="gpu-node-1")
+        + _two_gpus(node="gpu-node-2", Hostname="gpu-node-2"),
+        "xid": [series(79, Hostname="gpu-node-1", UUID="GPU-gpu-node-1-1")],
         "up": [series(1, node="gpu-node-1"), series(1, node="gpu-node-2")],
     }
 
     obs = observed(results, GPU_NODES)
     actions = plan(obs, Policy(), Breaker(), NOW)
 
-    assert obs.unmatched == ("dcgm-exporter-7xk2p",)
-    assert set(obs.gpus) == {"gpu-node-2"}
+    assert obs.ignored == (Ignored(NO_NODE, "Hostname=gpu-node-1 without a node label", 2),)
+    assert set(obs.gpus) == {"gpu-node-2"} and obs.fault_gpus == {}
     assert actions == [
         Hold(
-            "GPU series name hosts that are no node (dcgm-exporter-7xk2p) while 1 GPU nodes "
-            "with a running exporter report no GPU: the exporter's host label is not the "
-            "node's name; relabel `node` from the pod's node in the scrape, or run "
-            "dcgm-exporter with NODE_NAME from spec.nodeName"
+            "the exporter's GPU series are no node's (Hostname=gpu-node-1 without a node label) "
+            "while 1 GPU nodes with a running exporter report no GPU: relabel `node` from the "
+            "exporter pod's node in the scrape (the chart's ServiceMonitor does); an "
+            "exporter's NODE_NAME must be its pod's spec.nodeName"
+        )
+    ]
+
+
+def test_a_series_whose_host_label_names_another_node_than_its_scrape_is_ignored() -> None:
+    """An exporter on gpu-node-2 saying its GPUs are gpu-node-1's: neither node gets them
+    (a fault it reports is nobody's), and with gpu-node-2's own GPUs missing, nothing is
+    decided from their absence."""
+    liar = {"node": "gpu-node-2", "Hostname": "gpu-node-1"}
+    results = {
+        "present": _two_gpus(node="gpu-node-1", Hostname="gpu-node-1") + _two_gpus(**liar),
+        "xid": [series(79, UUID="GPU-gpu-node-2-1", **liar)],
+        "up": [series(1, node="gpu-node-1"), series(1, node="gpu-node-2")],
+    }
+
+    obs = observed(results, GPU_NODES)
+
+    assert obs.ignored == (Ignored(HOST_MISMATCH, "Hostname=gpu-node-1 on node gpu-node-2", 2),)
+    assert set(obs.gpus) == {"gpu-node-1"}
+    assert [g.xid for g in obs.gpus["gpu-node-1"].values()] == [0, 0]
+    (hold,) = plan(obs, Policy(), Breaker(), NOW)
+    assert isinstance(hold, Hold) and "Hostname=gpu-node-1 on node gpu-node-2" in hold.reason
+
+
+def test_unmatched_node_labels_hold_while_nodes_report_no_gpu() -> None:
+    results = {
+        "present": _two_gpus(node="gpu-node-9") + _two_gpus(node="gpu-node-2"),
+        "up": [series(1, node="gpu-node-1"), series(1, node="gpu-node-2")],
+    }
+
+    obs = observed(results, GPU_NODES)
+
+    assert obs.unmatched == ("gpu-node-9",)
+    assert plan(obs, Policy(), Breaker(), NOW) == [
+        Hold(
+            "GPU series name nodes that are no node (gpu-node-9) while 1 GPU nodes with a "
+            "running exporter report no GPU: relabel `node` from the exporter pod's node in "
+            "the scrape"
         )
     ]
 

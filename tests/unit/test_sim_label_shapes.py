@@ -280,19 +280,18 @@ def read(scrapes: list[tuple[PlannedNode, LabelShape, Labels]], faults: FaultSet
 
 
 @pytest.mark.parametrize(
-    ("shape", "scrape_adds_node"),
+    "shape",
     [
-        pytest.param(PODNAME, True, id="pod-named-Hostname-and-the-scrapes-node"),
-        pytest.param(LOWERCASE, False, id="only-hostname"),
-        pytest.param(NODENAME, False, id="only-Hostname-the-node"),
-        pytest.param(LEGACY, False, id="legacy-Hostname-the-node"),
-        pytest.param(LOWERCASE, True, id="hostname-and-the-scrapes-node"),
+        pytest.param(PODNAME, id="pod-named-Hostname"),
+        pytest.param(NODENAME, id="Hostname-the-node"),
+        pytest.param(LEGACY, id="legacy-Hostname-the-node"),
+        pytest.param(LOWERCASE, id="hostname-the-node"),
     ],
 )
-def test_each_real_shape_is_attributed_to_its_node_and_its_xid_read_once(
-    shape: LabelShape, scrape_adds_node: bool
+def test_each_real_shape_scraped_with_its_node_is_attributed_to_it_and_its_xid_read_once(
+    shape: LabelShape,
 ) -> None:
-    scrapes = [(n, shape, target_labels(n, with_node=scrape_adds_node)) for n in NODES]
+    scrapes = [(n, shape, target_labels(n)) for n in NODES]
 
     obs = read(scrapes, xid(SECOND, 1, 79))
     actions = plan(obs, POLICY, Breaker(), NOW)
@@ -324,10 +323,11 @@ def test_the_xid_answer_is_dcgm_exporter_4s_labelled_series_and_the_code_reads_a
     [
         pytest.param(
             "local",
-            f"GPU series name hosts that are no node ({', '.join(sorted(PODS))}) "
-            "while 2 GPU nodes with a running exporter report no "
-            "GPU: the exporter's host label is not the node's name; relabel `node` from the "
-            "pod's node in the scrape, or run dcgm-exporter with NODE_NAME from spec.nodeName",
+            "the exporter's GPU series are no node's ("
+            + ", ".join(f"Hostname={pod} without a node label" for pod in sorted(PODS))
+            + ") while 2 GPU nodes with a running exporter report no GPU: relabel `node` from "
+            "the exporter pod's node in the scrape (the chart's ServiceMonitor does); an "
+            "exporter's NODE_NAME must be its pod's spec.nodeName",
             id="local-scrape-without-node",
         ),
         # a kubernetes-SD scrape without the relabeling: `up` names the pod's address only

@@ -167,6 +167,24 @@ def test_json_output_carries_verdicts_and_every_field():
     assert set(data) >= {"summary", "breaker", "problems", "absent", "context"}
 
 
+def test_the_series_the_health_service_ignores_get_a_line_of_their_own():
+    ignored = ("3 from job vllm, namespace team-default (other-scrape)",)
+    last_cycle = json.dumps({"at": NOW, "held": None, "ignored": list(ignored)})
+    snap = Snapshot(taken_at=NOW, nodes=(node("a"),), breaker=Breaker(found=True, ignored=ignored))
+
+    lines = printing.as_table(snap, ["fleet"]).splitlines()
+
+    assert collecting.last_ignored(last_cycle) == ignored
+    assert lines[1] == (
+        "IGNORED: DCGM series the health service reads as no node's: 3 from job vllm, "
+        "namespace team-default (other-scrape)"
+    )
+    assert views.ignored(Snapshot(taken_at=NOW, breaker=Breaker(found=True))) == ""
+    # a summary from before the service counted them, or one it cannot read: none
+    assert collecting.last_ignored(json.dumps({"at": NOW})) == ()
+    assert collecting.last_ignored("{not json") == ()
+
+
 def test_table_output_is_aligned_and_says_why_a_view_is_empty():
     snap = Snapshot(taken_at=NOW, nodes=(node("a"), node("bbbbbbbb")), absent=("sandboxes",))
     text = printing.as_table(snap, ["fleet", "sandboxes"])

@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=names.EXPORTER_JOB,
         help="Prometheus job of the DCGM exporter targets",
     )
+    p.add_argument(
+        "--exporter-namespace",
+        default="",
+        help="the namespace label of the DCGM exporter targets (an in-cluster Prometheus "
+        "attaches it); default: the job alone",
+    )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")
     p.add_argument(
         "--workers",
@@ -140,6 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         instance=args.identity,
         log_cycles=args.log_cycles,
         background_baseline=not args.once,
+        exporter_namespace=args.exporter_namespace,
     )
     if args.once:
         report = service.cycle()

@@ -3,7 +3,7 @@
 Its decisions are visible here (and as Events): actions by type and whether
 they were applied, planned only or failed, nodes quarantined, breaker state,
 cycle time (wall and CPU), the age of the newest DCGM sample, why a cycle held
-back, and the process's own CPU and memory.
+back, the DCGM-named series it ignored, and the process's own CPU and memory.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gridloop.health.observed import IGNORED_REASONS
 
 
 class Metrics:
@@ -76,6 +78,17 @@ class Metrics:
             ["scope"],
             registry=r,
         )
+        self.ignored = Counter(
+            "gridloop_health_ignored_series",
+            "DCGM-named series read as no node's, counted once per background read, by "
+            "reason: other-scrape (another scrape job's or namespace's, never read), no-node "
+            "(the exporter's without the node label its scrape attaches), host-mismatch (its "
+            "own host label names another node than the one its target ran on)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in IGNORED_REASONS:  # each at 0 from the start: rate() and alerts see it
+            self.ignored.labels(reason)
         self.dry_run = Gauge("gridloop_health_dry_run", "1 when running in dry-run", registry=r)
         self.leader = Gauge("gridloop_health_leader", "1 while this replica leads", registry=r)
         # the quota rebalancer (quotas.py)

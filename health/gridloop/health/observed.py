@@ -45,6 +45,25 @@ class GpuReading:
     pcie_replay_rate: float = 0.0
 
 
+# why a DCGM-named series is not read as any node's (reading.place, reading.others)
+OTHER_SCRAPE = "other-scrape"  # another scrape job's, or the exporter job's in another namespace
+NO_NODE = "no-node"  # the exporter's, without the `node` its scrape attaches
+HOST_MISMATCH = "host-mismatch"  # its own host label names a node its target is not on
+IGNORED_REASONS = (OTHER_SCRAPE, NO_NODE, HOST_MISMATCH)
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Series the service ignores, of one source: why, which source, how many."""
+
+    reason: str  # one of IGNORED_REASONS
+    source: str  # "job vllm, namespace team-default"; "Hostname=gpu-1 on node gpu-2"
+    series: int
+
+    def __str__(self) -> str:
+        return f"{self.series} from {self.source} ({self.reason})"
+
+
 @dataclass(frozen=True)
 class Record:
     """gridloop's own record on a node, read back from its annotations."""
@@ -75,8 +94,11 @@ class Observed:
     exporter_up: dict[str, bool] = field(default_factory=dict)
     newest_sample_age_s: float | None = None  # None: Prometheus returned nothing at all
     prometheus_error: str | None = None
-    # the host labels of GPU series that name no known node (reading.resolve)
+    # the `node` labels of the exporter's GPU series that name no known node
     unmatched: tuple[str, ...] = ()
+    # DCGM-named series read as no node's: another scrape's, or the exporter's own without
+    # a node or on another node than their host label says (reading.place)
+    ignored: tuple[Ignored, ...] = ()
     # this cycle's own read of the fault events (XID, ECC DBE), alone: the GPUs it names,
     # with only those fields set, and how old the newest exporter scrape was when it was
     # read (None: not known). With a late baseline these still decide quarantines.

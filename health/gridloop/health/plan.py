@@ -42,7 +42,7 @@ from gridloop.health.actions import (
     TripBreaker,
     Warn,
 )
-from gridloop.health.observed import Breaker, GpuReading, NodeView, Observed
+from gridloop.health.observed import OTHER_SCRAPE, Breaker, GpuReading, NodeView, Observed
 from gridloop.health.policy import XID_ROW_REMAP_EVENT, Policy, XidAction
 
 NODE = "node"  # the subject of node-level faults (a vanished GPU has no series to name it)
@@ -233,10 +233,12 @@ def _everything(observed: Observed, policy: Policy, breaker: Breaker, now: float
 
 
 def _unmatched(observed: Observed) -> str | None:
-    """Why not to act when GPU series name hosts that are no node while nodes whose
-    exporter is up report no GPU: their GPUs would look vanished, and healthy nodes be
-    quarantined up to the breaker's limit. None when nothing is amiss."""
-    if not observed.unmatched:
+    """Why not to act when the exporter's GPU series name no node, or are ignored
+    (reading.place), while nodes whose exporter is up report no GPU: their GPUs would look
+    vanished, and healthy nodes be quarantined up to the breaker's limit. None when
+    nothing is amiss."""
+    misplaced = [i for i in observed.ignored if i.reason != OTHER_SCRAPE]
+    if not observed.unmatched and not misplaced:
         return None
     silent = [
         name
@@ -245,14 +247,23 @@ def _unmatched(observed: Observed) -> str | None:
     ]
     if not silent:
         return None  # e.g. a deleted node's series, until Prometheus lets them go
-    hosts = ", ".join(observed.unmatched[:3])
-    more = f" (+{len(observed.unmatched) - 3} more)" if len(observed.unmatched) > 3 else ""
+    while_silent = f"while {len(silent)} GPU nodes with a running exporter report no GPU"
+    if misplaced:
+        return (
+            f"the exporter's GPU series are no node's ({_few([i.source for i in misplaced])}) "
+            f"{while_silent}: relabel `node` from the exporter pod's node in the scrape (the "
+            "chart's ServiceMonitor does); an exporter's NODE_NAME must be its pod's "
+            "spec.nodeName"
+        )
     return (
-        f"GPU series name hosts that are no node ({hosts}{more}) while {len(silent)} GPU "
-        "nodes with a running exporter report no GPU: the exporter's host label is not the "
-        "node's name; relabel `node` from the pod's node in the scrape, or run "
-        "dcgm-exporter with NODE_NAME from spec.nodeName"
+        f"GPU series name nodes that are no node ({_few(list(observed.unmatched))}) "
+        f"{while_silent}: relabel `node` from the exporter pod's node in the scrape"
     )
+
+
+def _few(items: list[str]) -> str:
+    more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
+    return ", ".join(items[:3]) + more
 
 
 def _ours(node: NodeView, faults: frozenset[str], policy: Policy, now: float) -> list[Action]:

@@ -3,9 +3,12 @@
 `baseline` digests what is read once per scrape interval; `with_faults` lays a
 cycle's fault samples over it for the NodeViews from the API server. Neither
 raises on odd data (a series without a host label is ignored, a non-numeric
-value reads as 0). A series is about the node `resolve` finds for its labels; the
-GPU series that name no known node are counted in `Observed.unmatched`, and plan()
-holds while they could make healthy nodes look as if their GPUs had vanished. `read` is the only
+value reads as 0). A series is about the node its scrape target ran on (`place`):
+the `node` label Prometheus attaches, never one the series brings. The exporter's
+series that name no known node are counted in `Observed.unmatched`, those without a
+`node` or whose own host label names another node in `Observed.ignored` (with the
+DCGM-named series of other scrapes, which no query reads), and plan() holds while
+they could make healthy nodes look as if their GPUs had vanished. `read` is the only
 function here that talks to Prometheus: any failure becomes
 `prometheus_error`, which plan() turns into a Hold.
 """
@@ -24,13 +27,22 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
-from gridloop.health.observed import GpuReading, NodeView, Observed
+from gridloop.health.observed import (
+    HOST_MISMATCH,
+    NO_NODE,
+    OTHER_SCRAPE,
+    GpuReading,
+    Ignored,
+    NodeView,
+    Observed,
+)
 from gridloop.health.signals import (
     DOWN,
     FAMILY_LABEL,
     FRESHNESS,
     HOST_KEYS,
     NVLINK_FAMILIES,
+    OTHERS,
     TAGGED,
 )
 
@@ -70,14 +82,46 @@ def host_key(labels: dict[str, str]) -> HostKey | None:
     return key if any(key) else None
 
 
-def resolve(key: HostKey, known: Container[str]) -> str | None:
-    """The node a series is about: its `node` label (the scrape's, from the exporter
-    pod's node) when it has one, else `Hostname` or `hostname` when that names a known
-    node; None when nothing does (an exporter without NODE_NAME names its pod)."""
+def ignored_because(key: HostKey, known: Container[str]) -> str | None:
+    """Why the exporter's series with these host labels is no node's, or None: it has no
+    `node` (the scrape attached none: a scrape config without the chart's relabelling), or
+    its own `Hostname`/`hostname` names a known node other than the one its target ran on
+    (an exporter that says it is elsewhere). A host label that names no node (the pod's
+    name, from an exporter without NODE_NAME) says nothing against the target."""
     node, *hosts = key
-    if node:
-        return node if node in known else None
-    return next((h for h in hosts if h and h in known), None)
+    if not node:
+        return NO_NODE
+    if any(h and h != node and h in known for h in hosts):
+        return HOST_MISMATCH
+    return None
+
+
+def resolve(key: HostKey, known: Container[str]) -> str | None:
+    """The node a series is about: the `node` its scrape attached (from the exporter
+    pod's node), when that is a known node and nothing in the series disagrees."""
+    node = key[0]
+    if node not in known or ignored_because(key, known):
+        return None
+    return node
+
+
+def describe(key: HostKey) -> str:
+    """A series' host labels, for a line: "Hostname=gpu-1 on node gpu-2", "Hostname=gpu-1
+    without a node label"."""
+    node, *hosts = key
+    said = ",".join(f"{k}={v}" for k, v in zip(HOST_KEYS[1:], hosts, strict=True) if v)
+    return f"{said or 'no host label'} on node {node}" if node else f"{said} without a node label"
+
+
+def others(answer: list[Sample]) -> tuple[Ignored, ...]:
+    """The OTHERS answer (series counts by job and namespace) as what is ignored."""
+    out = []
+    for sample in answer:
+        labels = sample.get("metric", {})
+        job, namespace = labels.get("job", ""), labels.get("namespace", "")
+        source = f"job {job or '(none)'}" + (f", namespace {namespace}" if namespace else "")
+        out.append(Ignored(OTHER_SCRAPE, source, int(_value(sample))))
+    return tuple(sorted(out, key=lambda i: i.source))
 
 
 @dataclass(frozen=True)
@@ -91,6 +135,7 @@ class Baseline:
     exporter_up: dict[str, bool] = field(default_factory=dict)
     newest: dict[HostKey, float] = field(default_factory=dict)  # newest sample's time
     evaluated_at: float | None = None  # when Prometheus evaluated the presence query
+    others: tuple[Ignored, ...] = ()  # DCGM-named series other scrapes serve
 
 
 def split_tagged(results: dict[str, list[Sample]]) -> dict[str, list[Sample]]:
@@ -129,7 +174,7 @@ def baseline(results: dict[str, list[Sample]]) -> Baseline:
         target = host_of(sample.get("metric", {}), UP_NODE_LABELS)
         if target:
             exporter_up[target] = exporter_up.get(target, False) or _value(sample) == 1.0
-    return Baseline(gpus, exporter_up, newest, evaluated_at)
+    return Baseline(gpus, exporter_up, newest, evaluated_at, others(results.get(OTHERS, [])))
 
 
 def _apply(
@@ -169,11 +214,16 @@ def with_faults(
     }
     gpus: dict[str, dict[str, GpuReading]] = {}
     unmatched: list[str] = []
+    ignored: list[Ignored] = []
     newest = None
     for key, readings in base.gpus.items():
+        reason = ignored_because(key, nodes)
+        if reason:
+            ignored.append(Ignored(reason, describe(key), len(readings)))
+            continue
         node = resolve(key, nodes)
         if node is None:
-            unmatched.append(next(k for k in key if k))
+            unmatched.append(key[0])
             continue
         # two keys for one node (a label added on a rollout): one set of GPUs
         gpus[node] = {**gpus[node], **readings} if node in gpus else readings
@@ -200,6 +250,7 @@ def with_faults(
         },
         newest_sample_age_s=None if newest is None or at is None else max(0.0, at - newest),
         unmatched=tuple(sorted(set(unmatched))),
+        ignored=base.others + tuple(sorted(ignored, key=lambda i: i.source)),
         fault_gpus=fault_gpus(results, node_of),
         faults_read_age_s=_freshness(results.get(FRESHNESS, []), now),
     )

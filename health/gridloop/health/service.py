@@ -53,6 +53,8 @@ Log = Callable[[str], None]
 # a prefetched read whose answer came back longer ago than this (its cycle was still
 # acting) is not used as the next cycle's: that cycle reads again
 PREFETCH_FOR_S = 2.0
+# the sources of ignored series a cycle's summary and log name (the metric counts them all)
+IGNORED_SHOWN = 10
 Answer = dict[str, list[Sample]] | str
 
 
@@ -148,11 +150,12 @@ class HealthService:
         instance: str = MANAGER,
         log_cycles: bool = False,
         background_baseline: bool = False,
+        exporter_namespace: str = "",
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.instance = instance  # this replica, as its Events report it
         self.prom, self.policy, self.namespace = prom, policy, namespace
-        self.queries = queries(policy, exporter_job)
+        self.queries = queries(policy, exporter_job, exporter_namespace)
         self.nodes = nodes  # None: list every GPU node each cycle
         self.executor = Executor(
             api,
@@ -191,6 +194,10 @@ class HealthService:
         self.read_gap_s = 0.0
         self._read_started = -math.inf  # monotonic: when the last fault read started
         self._took: dict[str, float] = {}  # this cycle's fault read: each query's time
+        # the background read the last cycle laid its faults over, and the last one whose
+        # ignored series were counted: each read's count once
+        self._kept: object = None
+        self._counted: object = None
         self.rebalancer = (
             Rebalancer(api, policy, self.metrics, log, instance)
             if policy.rebalance_quotas
@@ -205,6 +212,7 @@ class HealthService:
         # read starts only just in time to be back before its answers go stale (and if it
         # is late, plan() acts on fresh fault events alone)
         kept = self.slow.answers(defer=self._storming)
+        self._kept = kept
         if isinstance(kept, str):
             return Observed(nodes=nodes, prometheus_error=kept)
         prefetched, self._used_prefetch = self._prefetched()
@@ -259,6 +267,10 @@ class HealthService:
         now = self.clock()
         observed = self.observe()
         read_at = time.monotonic()
+        if self._kept is not self._counted and not observed.prometheus_error:
+            self._counted = self._kept
+            for ignored in observed.ignored:
+                self.metrics.ignored.labels(ignored.reason).inc(ignored.series)
         saved = status.load(self.core, self.namespace)
         breaker = saved.breaker
         actions = plan(observed, self.policy, breaker, now)
@@ -293,6 +305,8 @@ class HealthService:
             "faultEventsOnly": partly,
             "dryRun": self.policy.dry_run,
             "actions": dict(Tally(type(a).__name__ for a in actions)),
+            # DCGM-named series it read as no node's (`gridloop status` shows them)
+            "ignored": [str(i) for i in observed.ignored[:IGNORED_SHOWN]],
         }
         if not self.policy.dry_run:
             status.save(self.core, self.namespace, after, summary, removals)
@@ -332,6 +346,10 @@ class HealthService:
         # a condition that lasts (an exporter down, Prometheus away) is logged when it
         # starts and when it ends, not every second; metrics carry it meanwhile
         said = frozenset(_describe(a) for a in actions if isinstance(a, Hold | Warn | TripBreaker))
+        said |= {
+            f"ignoring DCGM series of {i.source} ({i.reason}): no node's"
+            for i in observed.ignored[:IGNORED_SHOWN]
+        }
         for line in sorted(said - self._said):
             self.log(line)
         for line in sorted(self._said - said):

@@ -1,11 +1,13 @@
 """The PromQL the health service sends: one query per signal family, whole fleet.
 
 Never one query per node: a cycle over 5,000 nodes costs the same dozen
-queries as a cycle over 5. Series are mapped to nodes by `node`, the label the
-scrape attaches from the exporter pod's node (the chart's ServiceMonitor relabels
-it), else by the exporter's own host label (`Hostname`, or `hostname`) when that
-names a node; on a real cluster that label is the pod's name unless the exporter
-runs with NODE_NAME (reading.resolve). GPUs are keyed by `UUID`.
+queries as a cycle over 5. Every series read is the exporter's scrape job's own (and, on a
+cluster, its namespace's). Series are mapped to nodes by `node` alone, the label the
+scrape attaches from the exporter pod's node (the chart's ServiceMonitor relabels it),
+never by a label the series itself carries; a series whose own host label (`Hostname`, or
+`hostname`) names another node than its target's is ignored (reading.place). GPUs are
+keyed by `UUID`. What is ignored is counted: the DCGM series other scrapes serve
+(`OTHERS`), and the exporter's own that name no node or another node.
 
 Only what can matter comes back: the fault families are filtered to non-zero
 values in PromQL (a missing series reads as 0, so the answer means the same),
@@ -66,13 +68,30 @@ EVENTS_AND_DOWN = "events"
 DOWN = "down"  # `up == 0`: exporters whose last scrape failed (normally none: a small answer)
 TAGGED = {PRESENCE_AND_UP: ("up", "present"), EVENTS_AND_DOWN: ("xid", DOWN)}
 FAMILY_LABEL = "gridloop_family"  # which family of a combined answer a series is
-BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES
+# Asked in the background: how many series named like those the service reads come from
+# another scrape (another job, or the exporter's job in another namespace), by job and
+# namespace: what a tenant's pod that Prometheus scrapes could serve (normally none).
+OTHERS = "others"
+BACKGROUND_FAMILIES = SLOW_FAMILIES | STATE_FAMILIES | PRESENCE_FAMILIES | {OTHERS}
 GPU_KEYS = ("UUID", "gpu", *HOST_KEYS)  # what identifies one GPU's series
 PRESENCE = dcgm.GPU_TEMP  # a gauge every exporter reports for every GPU
 # Asked with the fault events, at the same moment: when Prometheus last scraped any
 # exporter. One value over one series per exporter (not per GPU), so a cycle can tell its
 # fault read is fresh while the background read is late.
 FRESHNESS = "fresh"
+# every metric the service reads: what a forger would serve
+READ_METRICS = (
+    PRESENCE,
+    dcgm.XID_ERRORS,
+    dcgm.ECC_DBE_VOL,
+    dcgm.ROW_REMAP_PENDING,
+    dcgm.ROW_REMAP_FAILURE,
+    dcgm.RETIRED_PENDING,
+    dcgm.THERMAL_VIOLATION,
+    dcgm.POWER_VIOLATION,
+    *NVLINK_METRICS.values(),
+    dcgm.PCIE_REPLAY,
+)
 
 
 def _tagged(promql: str, family: str) -> str:
@@ -83,14 +102,38 @@ def _window(seconds: float) -> str:
     return f"{max(int(seconds), 1)}s"
 
 
-def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
+def selector(exporter_job: str, exporter_namespace: str = "") -> str:
+    """The label matchers of the exporter's own series: its job, and with
+    `exporter_namespace` the namespace its scrape targets are in (an in-cluster
+    Prometheus's `namespace` target label; the local one scrapes no namespace)."""
+    namespace = f', namespace="{exporter_namespace}"' if exporter_namespace else ""
+    return f'{{job="{exporter_job}"{namespace}}}'
+
+
+def others(exporter_job: str, exporter_namespace: str = "") -> str:
+    """The count of the series named like READ_METRICS that are not the exporter's, by job
+    and namespace."""
+    names = "|".join(READ_METRICS)
+
+    def count(matchers: str) -> str:
+        return f'count by (job, namespace) ({{__name__=~"{names}", {matchers}}})'
+
+    other_jobs = count(f'job!="{exporter_job}"')
+    if not exporter_namespace:
+        return other_jobs
+    elsewhere = count(f'job="{exporter_job}", namespace!="{exporter_namespace}"')
+    return f"{other_jobs} or {elsewhere}"
+
+
+def queries(policy: Policy, exporter_job: str, exporter_namespace: str = "") -> dict[str, str]:
     """Family name -> PromQL. Families with a threshold switched off are not queried.
 
-    Every series is the exporter job's own (`exporter_job`): a DCGM-named series from any
-    other scrape (a tenant's pod that Prometheus also scrapes can serve any text) is never
-    read, so it can neither fake a fault nor hide one."""
+    Every series is the exporter job's own (`exporter_job`, and on a cluster its
+    `exporter_namespace`): a DCGM-named series from any other scrape (a tenant's pod that
+    Prometheus also scrapes can serve any text) is never read, so it can neither fake a
+    fault nor hide one; OTHERS counts them."""
     s, repeat = policy.signals, _window(policy.xid_repeat_window_s)
-    job = f'{{job="{exporter_job}"}}'
+    job = selector(exporter_job, exporter_namespace)
 
     def ours(metric: str) -> str:
         return metric + job
@@ -117,6 +160,7 @@ def queries(policy: Policy, exporter_job: str) -> dict[str, str]:
             f"[{repeat}:{scrape}]) > 0"
         ),
         "row_remap_pending": f"{ours(dcgm.ROW_REMAP_PENDING)} != 0",
+        OTHERS: others(exporter_job, exporter_namespace),
     }
     if s.ecc_dbe_volatile:
         # a fresh increase, seen over the last few scrapes; the quarantine itself lasts

@@ -325,6 +325,8 @@ class StatusApp(App[None]):
             line = views.summary(s)
             self._summary = (s.nodes, (s.breaker, s.queues), line)
         title.append("\n" + line)
+        if ignored := views.ignored(s):
+            title.append(f"\nIGNORED: {ignored}", style="bold yellow")
         # an update lays the screen out again and redraws the table: only when it changed
         if title != self._header:
             self._header = title

@@ -31,7 +31,7 @@ from gridloop.health import breaker as breakers
 from gridloop.health import reading
 from gridloop.health.observed import GPUS, MANAGER, QUARANTINED_AT, QUARANTINED_BY, REASON
 from gridloop.health.queues import CONFIGURED, MANUAL
-from gridloop.health.signals import HOST_KEYS, PRESENCE
+from gridloop.health.signals import PRESENCE
 from gridloop.health.status_configmap import NAME as STATUS_CONFIGMAP
 from gridloop.models import rollout_reading, rollouts
 from gridloop.status.snapshot import (
@@ -121,6 +121,16 @@ def node_row(obj: dict[str, Any]) -> Node:
         ),
         labels=tuple(sorted(labels.items())),
     )
+
+
+def last_ignored(last_cycle: str) -> tuple[str, ...]:
+    """The health service's last cycle's ignored DCGM series (its status ConfigMap's
+    `lastCycle`), one string per source; none from a summary it cannot read."""
+    try:
+        ignored = json.loads(last_cycle).get("ignored") or []
+    except (ValueError, AttributeError):
+        return ()
+    return tuple(str(i) for i in ignored) if isinstance(ignored, list) else ()
 
 
 def pod_gpus(obj: dict[str, Any]) -> tuple[str, int] | None:
@@ -638,10 +648,9 @@ class Collector:
     ) -> tuple[dict[str, int], dict[str, bool]] | None:
         if self.prom is None:
             return None
-        keys = ", ".join(HOST_KEYS)  # the scrape's node first (health's reading.resolve)
         job = f'{{job="{self.source.exporter_job}"}}'  # the exporter's own series only
-        answers = reading.read(
-            self.prom, {"present": f"count by ({keys}) ({PRESENCE}{job})", "up": f"up{job}"}
+        answers = reading.read(  # by the scrape's node alone (health's reading.resolve)
+            self.prom, {"present": f"count by (node) ({PRESENCE}{job})", "up": f"up{job}"}
         )
         if isinstance(answers, str):
             problems["prometheus"] = answers
@@ -649,7 +658,7 @@ class Collector:
         reporting: dict[str, int] = {}
         for sample in answers.get("present", []):
             labels = sample.get("metric", {})
-            host = reading.host_of(labels)
+            host = labels.get("node")
             if host:
                 reporting[host] = reporting.get(host, 0) + int(float(sample["value"][1]))
         up = reading.baseline({"up": answers.get("up", [])}).exporter_up
@@ -852,5 +861,6 @@ class Collector:
             if err.status == 404:
                 return Breaker()
             raise
-        saved = breakers.from_json((cm.data or {}).get("breaker", ""))
-        return Breaker(tripped=saved.tripped, reason=saved.reason, found=True)
+        data = cm.data or {}
+        saved = breakers.from_json(data.get("breaker", ""))
+        return Breaker(saved.tripped, saved.reason, True, last_ignored(data.get("lastCycle", "")))

@@ -83,6 +83,8 @@ def as_table(snapshot: Snapshot, chosen: Sequence[str], filter_text: str = "") -
     stale = views.stale(snapshot)
     if stale:
         lines.append(f"STALE: {stale}")
+    if ignored := views.ignored(snapshot):
+        lines.append(f"IGNORED: {ignored}")
     for view in chosen:
         table = views.table(snapshot, view)
         rows = views.filtered(table.rows, filter_text)

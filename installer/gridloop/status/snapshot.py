@@ -150,6 +150,8 @@ class Breaker:
     tripped: bool = False
     reason: str = ""
     found: bool = False  # the health service's status ConfigMap exists
+    # the DCGM-named series its last cycle read as no node's ("3 from job vllm, ...")
+    ignored: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -439,6 +439,17 @@ def summary(snapshot: Snapshot) -> str:
     )
 
 
+def ignored(snapshot: Snapshot) -> str:
+    """The DCGM-named series the health service reads as no node's (a scrape other than
+    the exporter's serving them, or the exporter's own placed nowhere), one line; empty
+    when there are none."""
+    if not snapshot.breaker.ignored:
+        return ""
+    return "DCGM series the health service reads as no node's: " + "; ".join(
+        snapshot.breaker.ignored
+    )
+
+
 def stale(snapshot: Snapshot) -> str:
     """What is stale or unreachable, one line; empty when everything was read."""
     return "; ".join(f"{source}: {why}" for source, why in snapshot.problems)
