@@ -1,5 +1,6 @@
 """Putting the simulated fleet back after faults: the quarantines undone, and a wait for
-Prometheus to show no fault any more (its last samples outlive a `sim clear`)."""
+Prometheus to show no fault any more (its last samples outlive a `sim clear`); the quick
+policy the tests that drive their own service run it with."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ import dataclasses
 from kubernetes import client
 
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
+from gridloop.health.policy import Limits, Policy
 from gridloop.health.service import HealthService
+from gridloop.local.prometheus_config import SCRAPE_INTERVAL
+
+SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
+# a short hold-down, the local scrape interval, the breaker's limits out of the way
+QUICK_POLICY = dataclasses.replace(
+    Policy(),
+    hold_down_s=3.0,
+    scrape_interval_s=SCRAPE_S,
+    limits=Limits(
+        fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=50, pool_max_percent=100
+    ),
+)
 
 
 def put_back(core: client.CoreV1Api) -> None:

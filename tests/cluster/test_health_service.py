@@ -12,27 +12,19 @@ import socket
 import time
 
 import pytest
+from fleet_reset import QUICK_POLICY, SCRAPE_S
 from prometheus_api_client import PrometheusConnect
 
 from gridloop.health import status_configmap as status
 from gridloop.health.actions import Hold, Quarantine, Skip, Warn
-from gridloop.health.policy import Limits, Policy
+from gridloop.health.policy import Limits
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
-from gridloop.local.prometheus_config import SCRAPE_INTERVAL
 
 # the control plane, kwok and the GPU-health processes: no container node needed
 pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
 
-SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
-POLICY = dataclasses.replace(
-    Policy(),
-    hold_down_s=3.0,
-    scrape_interval_s=SCRAPE_S,
-    limits=Limits(
-        fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=50, pool_max_percent=100
-    ),
-)
+POLICY = QUICK_POLICY
 NODE = "eu-west-a100-002"
 
 

@@ -691,6 +691,63 @@ def test_the_health_service_reads_the_series_of_the_exporter_the_charts_servicem
     assert unscraped["--exporter-job"] == "dcgm-exporter"
 
 
+@needs_helm
+def test_health_reads_prometheus_with_the_tls_files_and_token_it_is_given(
+    render: Render, render_error: Callable[..., str]
+) -> None:
+    """Secrets mounted where the flags say; a projected token for an audience instead of a
+    Secret's; both at once refused naming the field."""
+    sets = (
+        "health.prometheus.caSecret=prom-ca",
+        "health.prometheus.clientCertSecret=prom-client",
+        "health.prometheus.token.secret=prom-token",
+        "health.prometheus.token.key=bearer",
+    )
+    docs = render(sets=sets)
+    spec = named(docs, "Deployment", "gridloop-health")["spec"]["template"]["spec"]
+    flags = _health_flags(docs)
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+
+    assert flags["--prometheus-ca-file"] == mounts["prometheus-ca"] + "/ca.crt"
+    assert flags["--prometheus-cert-file"] == mounts["prometheus-client"] + "/tls.crt"
+    assert flags["--prometheus-key-file"] == mounts["prometheus-client"] + "/tls.key"
+    assert flags["--prometheus-token-file"] == mounts["prometheus-token"] + "/token"
+    assert volumes["prometheus-ca"]["secret"]["secretName"] == "prom-ca"
+    assert volumes["prometheus-token"]["secret"] == {
+        "secretName": "prom-token",
+        "items": [{"key": "bearer", "path": "token"}],
+    }
+
+    projected = render(sets=("health.prometheus.token.serviceAccountAudience=prometheus",))
+    spec = named(projected, "Deployment", "gridloop-health")["spec"]["template"]["spec"]
+    (token,) = [v for v in spec["volumes"] if v["name"] == "prometheus-token"]
+    assert token["projected"]["sources"] == [
+        {
+            "serviceAccountToken": {
+                "audience": "prometheus",
+                "expirationSeconds": 3600,
+                "path": "token",
+            }
+        }
+    ]
+    assert "--prometheus-ca-file" not in _health_flags(projected)
+    assert not any(
+        f.startswith("--prometheus-") and f != "--prometheus-url" for f in _health_flags(render())
+    )
+
+    both = render_error(
+        sets=(
+            "health.prometheus.token.secret=t",
+            "health.prometheus.token.serviceAccountAudience=a",
+        )
+    )
+    assert (
+        "health.prometheus.token: secret and serviceAccountAudience are two sources of one "
+        "token: set one" in both
+    )
+
+
 def rule_grants(rules: list[Doc]) -> set[tuple[str, str, str, str]]:
     return {
         (group, resource, verb, ",".join(rule.get("resourceNames", [])))

@@ -134,6 +134,45 @@ def test_a_bad_health_policy_is_refused_before_any_cluster_call(tmp_path, gridlo
     assert "spec.xid.overrides.79: must be one of quarantine, count, ignore" in line
 
 
+@pytest.mark.parametrize(
+    ("url", "flags", "expected"),
+    [
+        pytest.param(
+            "https://prom:9090",
+            ["--prometheus-token-file", "{tmp}/no-token"],
+            "error: --prometheus-token-file {tmp}/no-token: no such file",
+            id="token-file-missing",
+        ),
+        pytest.param(
+            "https://prom:9090",
+            ["--prometheus-cert-file", "{tmp}/ca.crt"],
+            "error: --prometheus-cert-file: needs the other of --prometheus-cert-file and "
+            "--prometheus-key-file",
+            id="cert-without-key",
+        ),
+        pytest.param(
+            "http://prom:9090",
+            ["--prometheus-ca-file", "{tmp}/ca.crt"],
+            "error: --prometheus-url http://prom:9090: TLS files given, so an https:// URL is "
+            "expected",
+            id="tls-over-http",
+        ),
+    ],
+)
+def test_bad_prometheus_access_is_one_line_naming_the_flag_before_any_cluster_call(
+    tmp_path, gridloop, url, flags, expected
+):
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    argv = [f.format(tmp=tmp_path) for f in flags]
+    # a kubeconfig that does not exist: reaching for the cluster would fail differently
+    result = gridloop(
+        "health", "run", "--kubeconfig", str(tmp_path / "missing"), "--prometheus-url", url,
+        *argv,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert _one_error_line(result.stderr) == expected.format(tmp=tmp_path)
+
+
 def test_a_missing_kubeconfig_is_one_line_naming_the_flag(tmp_path, gridloop):
     result = gridloop("health", "status", "--kubeconfig", str(tmp_path / "missing"))
     assert result.returncode == 2

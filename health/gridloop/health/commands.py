@@ -51,6 +51,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = common(verbs.add_parser("run", help="watch DCGM metrics and quarantine failing nodes"))
     p.add_argument("--prometheus-url", required=True)
+    p.add_argument(
+        "--prometheus-ca-file",
+        type=Path,
+        help="the CA that signed Prometheus's certificate (https; default: the system's)",
+    )
+    p.add_argument(
+        "--prometheus-cert-file", type=Path, help="a client certificate Prometheus asks for"
+    )
+    p.add_argument("--prometheus-key-file", type=Path, help="the client certificate's key")
+    p.add_argument(
+        "--prometheus-token-file",
+        type=Path,
+        help="a bearer token sent with every query, read again each time (a projected "
+        "ServiceAccount token rotates)",
+    )
     p.add_argument("--config", type=Path, default=DEFAULT_POLICY, help="the health policy file")
     p.add_argument(
         "--exporter-job",
@@ -123,12 +138,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from gridloop.health.leadership import Lease
     from gridloop.health.metrics import Metrics, serve
+    from gridloop.health.prometheus_access import Access
     from gridloop.health.reading import connect
     from gridloop.health.service import HealthService
     from gridloop.health.watching import NodeCache
 
+    access = Access(
+        args.prometheus_ca_file,
+        args.prometheus_cert_file,
+        args.prometheus_key_file,
+        args.prometheus_token_file,
+    )
+    if problem := access.problem(args.prometheus_url):
+        raise UsageError(problem)
     api = api_client(args.kubeconfig, connections=args.workers + EVENT_WORKERS)
-    prom = connect(args.prometheus_url)
+    prom = connect(args.prometheus_url, access)
     metrics = Metrics()
     log = _logger()
     nodes = None if args.once else NodeCache(api, policy.opt_out_label, log).start()

@@ -27,6 +27,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from gridloop.errors import one_line
+from gridloop.health import prometheus_access
 from gridloop.health.observed import (
     HOST_MISMATCH,
     NO_NODE,
@@ -36,6 +37,7 @@ from gridloop.health.observed import (
     NodeView,
     Observed,
 )
+from gridloop.health.prometheus_access import Access
 from gridloop.health.signals import (
     DOWN,
     FAMILY_LABEL,
@@ -303,15 +305,29 @@ def _readings(
 
 
 _QUERY_STRING = re.compile(r"\?query=\S*")
+# urllib3's wording around the cause: the retries (none here) and each object's address,
+# which would make every cycle's line a new one
+_NOISE = re.compile(
+    r"Max retries exceeded with url: /api/v1/query |<[\w.]+ object at 0x[0-9a-f]+>: "
+)
 
 
-def connect(url: str) -> PrometheusConnect:
-    """A Prometheus client that does not retry: the next cycle is the retry.
+def connect(url: str, access: Access | None = None) -> PrometheusConnect:
+    """A Prometheus client that does not retry: the next cycle is the retry. With
+    `access`, over TLS checked against its CA, with its client certificate and its bearer
+    token (prometheus_access.py).
 
     prometheus-api-client's default (`retry=None`) retries a refused connection three
     times with backoff, so one read of an unreachable Prometheus took 6 s per query.
     """
-    return PrometheusConnect(url=url, retry=Retry(total=0))
+    if access is None:
+        return PrometheusConnect(url=url, retry=Retry(total=0))
+    return PrometheusConnect(
+        url=url,
+        retry=Retry(total=0),
+        session=prometheus_access.session(access),
+        auth=prometheus_access.auth(access),  # any requests auth, not only a tuple
+    )
 
 
 QUERIES_AT_ONCE = 4  # a dozen queries; Prometheus answers several at once on its own cores
@@ -367,7 +383,8 @@ def read(
         if isinstance(answer, Exception):
             # the URL's query string (the PromQL and the evaluation time) would make every
             # cycle's reason a new one, and a lasting outage is logged when it starts
-            text = _QUERY_STRING.sub("", one_line(answer, 400))[:200]
+            # (the cause of a refused TLS handshake comes last: kept)
+            text = _NOISE.sub("", _QUERY_STRING.sub("", one_line(answer, 600)))[:240]
             return f"query {family!r} failed: {text}"
         out[family] = answer
     return out

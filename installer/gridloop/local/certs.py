@@ -234,6 +234,15 @@ def ensure_loopback_server(pki: Pki, folder: Path, cn: str, dns: tuple[str, ...]
     return folder
 
 
+def ensure_client(pki: Pki, folder: Path, cn: str) -> Path:
+    """`folder/client.crt` and `client.key`: a client certificate for `cn`, signed by the
+    cluster CA (a server that trusts that CA, such as a Prometheus asking for client
+    certificates, takes it); return `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    issue(folder, "client", _ca(pki.dir, "ca", "gridloop-local-ca"), cn)
+    return folder
+
+
 def ensure_node(pki: Pki, folder: Path, node: str, node_ip: str) -> None:
     """A container node's identities, signed by the cluster CA, in `folder`: its kubelet's
     client certificate (`system:node:<node>` in `system:nodes`, what the Node authorizer

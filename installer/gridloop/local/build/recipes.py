@@ -295,6 +295,17 @@ RECIPES: tuple[Recipe, ...] = (
         binaries={"versitygw": "github.com/versity/versitygw/cmd/versitygw"},
         ldflags=lambda comp: [f"-X main.Version={comp.version}"],
     ),
+    # the proxy the tests put in front of a Prometheus that wants a token
+    # (tests/cluster/test_health_prometheus_access.py); upstream's Makefile sets the
+    # version and program name (and a commit, left out: a module zip has none)
+    Recipe(
+        component="kube-rbac-proxy",
+        binaries={"kube-rbac-proxy": "github.com/brancz/kube-rbac-proxy/cmd/kube-rbac-proxy"},
+        ldflags=lambda comp: [
+            f"-X k8s.io/component-base/version.gitVersion={comp.version}",
+            "-X k8s.io/component-base/version/verflag.programName=kube-rbac-proxy",
+        ],
+    ),
     Recipe(
         component="kwok",
         binaries={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
