@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fleet_reset import QUICK_POLICY
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gridloop.health.policy import Limits, Policy, QuotaLimits
-from gridloop.local.prometheus_config import SCRAPE_INTERVAL
+from gridloop.health.policy import QuotaLimits
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 GPU = "nvidia.com/gpu"
@@ -30,15 +30,9 @@ POOLS = (("us-east", "h100"), ("eu-west", "h100"), ("onprem-fra", "a100"))
 # the team's GPU quota: each whole pool of the default fleet
 QUOTA = {"us-east": 64, "eu-west": 32, "onprem-fra": 64}
 
-SCRAPE_S = float(SCRAPE_INTERVAL.rstrip("s"))
 # a health policy for these scenarios: quick release, limits out of the way
 POLICY = dataclasses.replace(
-    Policy(),
-    hold_down_s=3.0,
-    scrape_interval_s=SCRAPE_S,
-    limits=Limits(
-        fleet_max_nodes=50, fleet_max_percent=100, pool_max_nodes=50, pool_max_percent=100
-    ),
+    QUICK_POLICY,
     quota_limits=QuotaLimits(max_removed_gpus=64, max_removed_percent=100, window_s=3600),
 )
 

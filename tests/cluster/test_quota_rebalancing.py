@@ -17,7 +17,8 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from kueue_scenario import POLICY, QUOTA, SCRAPE_S, TeamQueues
+from fleet_reset import SCRAPE_S
+from kueue_scenario import POLICY, QUOTA, TeamQueues
 
 from gridloop.health import status_configmap as status
 from gridloop.health.observed import Breaker
