@@ -16,6 +16,7 @@ The GPU metrics are simulated: no GPU here.
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import subprocess
 import time
@@ -27,6 +28,7 @@ import requests
 import yaml
 from fleet_reset import QUICK_POLICY, SCRAPE_S
 from kubernetes import client
+from platform_install import GRIDLOOP
 
 from gridloop.health.actions import Quarantine
 from gridloop.health.prometheus_access import Access
@@ -265,6 +267,19 @@ def test_over_tls_with_a_token_the_service_reads_and_quarantines_a_fault(
             lambda: service.cycle() and NODE in tainted(), f"{NODE} quarantined", 3 * SCRAPE_S + 5
         )
         assert tainted() == {NODE}
+
+        # `gridloop status` reads the same way, with the same flags
+        shown = subprocess.run(
+            [GRIDLOOP, "status", "--kubeconfig", str(local_cluster.kubeconfig),
+             "--prometheus-url", proxy, "--prometheus-ca-file", str(tls.ca),
+             "--prometheus-token-file", str(token), "--output", "json"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        status = json.loads(shown.stdout)
+        assert "prometheus" not in status["problems"], status["problems"]
+        (node,) = [n for n in status["nodes"] if n["name"] == NODE]
+        assert node["exporterUp"] is True and node["reporting"] == 8, node
     finally:
         _unbind(local_cluster, namespace)
 

@@ -38,6 +38,14 @@ current-context: x
             "error: --context nope: not in the kubeconfig (contexts: x)",
         ),
         ([], "error: stdout is not a terminal: use --once (and --output json)"),
+        (
+            ["--prometheus-url", "https://p:9090", "--prometheus-token-file", "/nope/token"],
+            "error: --prometheus-token-file /nope/token: no such file",
+        ),
+        (
+            ["--prometheus-url", "http://p:9090", "--prometheus-ca-file", "/etc/passwd"],
+            "error: --prometheus-url http://p:9090: TLS files given, so an https:// URL",
+        ),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(flags, expected, tmp_path, gridloop):

@@ -23,6 +23,7 @@ from kubernetes import client
 from gridloop import kube, names, resources
 from gridloop.errors import UsageError
 from gridloop.health import breaker as breakers
+from gridloop.health import prometheus_access
 from gridloop.health import status_configmap as status
 from gridloop.health.acting import EVENT_WORKERS, WORKERS
 from gridloop.health.policy import Policy
@@ -51,21 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = common(verbs.add_parser("run", help="watch DCGM metrics and quarantine failing nodes"))
     p.add_argument("--prometheus-url", required=True)
-    p.add_argument(
-        "--prometheus-ca-file",
-        type=Path,
-        help="the CA that signed Prometheus's certificate (https; default: the system's)",
-    )
-    p.add_argument(
-        "--prometheus-cert-file", type=Path, help="a client certificate Prometheus asks for"
-    )
-    p.add_argument("--prometheus-key-file", type=Path, help="the client certificate's key")
-    p.add_argument(
-        "--prometheus-token-file",
-        type=Path,
-        help="a bearer token sent with every query, read again each time (a projected "
-        "ServiceAccount token rotates)",
-    )
+    prometheus_access.add_flags(p)
     p.add_argument("--config", type=Path, default=DEFAULT_POLICY, help="the health policy file")
     p.add_argument(
         "--exporter-job",
@@ -138,19 +125,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from gridloop.health.leadership import Lease
     from gridloop.health.metrics import Metrics, serve
-    from gridloop.health.prometheus_access import Access
     from gridloop.health.reading import connect
     from gridloop.health.service import HealthService
     from gridloop.health.watching import NodeCache
 
-    access = Access(
-        args.prometheus_ca_file,
-        args.prometheus_cert_file,
-        args.prometheus_key_file,
-        args.prometheus_token_file,
-    )
-    if problem := access.problem(args.prometheus_url):
-        raise UsageError(problem)
+    access = prometheus_access.from_args(args, args.prometheus_url)
     api = api_client(args.kubeconfig, connections=args.workers + EVENT_WORKERS)
     prom = connect(args.prometheus_url, access)
     metrics = Metrics()

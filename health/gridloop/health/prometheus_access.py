@@ -7,15 +7,50 @@ SubjectAccessReview), sometimes asking for a client certificate (Prometheus's ow
 --prometheus-ca-file/--prometheus-cert-file/--prometheus-key-file/--prometheus-token-file`;
 the chart mounts them from `health.prometheus`); `problem` checks it before the service
 starts; `auth` sends the token, read again at every request, since a projected
-ServiceAccount token is rotated by the kubelet while the service runs.
+ServiceAccount token is rotated by the kubelet while the service runs. `gridloop status`
+takes the same flags (`add_flags`, `from_args`). Light to import: requests only when a
+session is made.
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import requests
+if TYPE_CHECKING:
+    import requests
+
+FLAGS = {  # flag -> what it is
+    "--prometheus-ca-file": "the CA that signed Prometheus's certificate (https; default: "
+    "the system's)",
+    "--prometheus-cert-file": "a client certificate Prometheus asks for",
+    "--prometheus-key-file": "the client certificate's key",
+    "--prometheus-token-file": "a bearer token sent with every query, read again each time "
+    "(a projected ServiceAccount token rotates)",
+}
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, help in FLAGS.items():
+        parser.add_argument(flag, type=Path, help=help)
+
+
+def from_args(args: argparse.Namespace, url: str | None) -> Access:
+    """The flags' Access, or a UsageError naming the flag that is wrong."""
+    from gridloop.errors import UsageError
+
+    access = Access(
+        args.prometheus_ca_file,
+        args.prometheus_cert_file,
+        args.prometheus_key_file,
+        args.prometheus_token_file,
+    )
+    problem = access.problem(url or "")
+    if problem:
+        raise UsageError(problem)
+    return access
 
 
 @dataclass(frozen=True)
@@ -40,13 +75,14 @@ class Access:
             given = "--prometheus-cert-file" if self.cert_file else "--prometheus-key-file"
             return f"{given}: needs the other of --prometheus-cert-file and --prometheus-key-file"
         tls = self.ca_file or self.cert_file
-        if tls and not url.startswith("https://"):
+        if tls and url and not url.startswith("https://"):
             return f"--prometheus-url {url}: TLS files given, so an https:// URL is expected"
         return None
 
 
-class TokenFile(requests.auth.AuthBase):
-    """`Authorization: Bearer <the file's content>`, read at each request."""
+class TokenFile:
+    """`Authorization: Bearer <the file's content>`, read at each request (a requests
+    auth: any callable that takes and returns the request)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -59,6 +95,8 @@ class TokenFile(requests.auth.AuthBase):
 def session(access: Access) -> requests.Session:
     """A session that checks Prometheus's certificate against `ca_file` (else the system's
     CAs) and presents the client certificate, if any."""
+    import requests
+
     s = requests.Session()
     s.verify = str(access.ca_file) if access.ca_file else True
     if access.cert_file and access.key_file:

@@ -476,7 +476,8 @@ class Collector:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.apps = client.AppsV1Api(self.api)
-        self.prom = reading.connect(source.prometheus_url) if source.prometheus_url else None
+        url, access = source.prometheus_url, source.prometheus_access
+        self.prom = reading.connect(url, access) if url else None
         self.nodes: Mirror[Node] = Mirror(
             "nodes", self.core.list_node, node_row, label_selector=GPU_NODES
         )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 from gridloop import names
 from gridloop.chart import locating
 from gridloop.errors import GridloopError, UsageError
+from gridloop.health import prometheus_access
 from gridloop.status import views
 from gridloop.status.snapshot import Snapshot
 from gridloop.status.sources import Source, local_prometheus
@@ -43,6 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where DCGM metrics are (default: the local cluster's Prometheus when the "
         "kubeconfig is the local cluster's; without one, GPU counts come from the API only)",
     )
+    prometheus_access.add_flags(p)
     p.add_argument(
         "--health-namespace",
         default=names.DEFAULT_NAMESPACE,
@@ -98,6 +100,7 @@ def _source(args: argparse.Namespace) -> Source:
     url = args.prometheus_url
     if url is not None and not url.startswith(("http://", "https://")):
         raise UsageError(f"--prometheus-url {url}: not an http:// or https:// URL")
+    access = prometheus_access.from_args(args, url)
     if url is None:
         url = local_prometheus(kubeconfig)
     return Source(
@@ -106,6 +109,7 @@ def _source(args: argparse.Namespace) -> Source:
         prometheus_url=url,
         health_namespace=args.health_namespace,
         exporter_job=args.exporter_job,
+        prometheus_access=access,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gridloop import names
+from gridloop.health.prometheus_access import Access
 from gridloop.local import state as local_state
 
 
@@ -18,6 +19,7 @@ class Source:
     prometheus_url: str | None = None
     health_namespace: str = names.DEFAULT_NAMESPACE
     exporter_job: str = names.EXPORTER_JOB
+    prometheus_access: Access | None = None  # TLS files and a token, when it wants them
 
 
 def local_prometheus(kubeconfig: str) -> str | None:
