@@ -15,12 +15,15 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
    start: it includes the scrape itself). The rounds, every one reported:
    - `unsettled`: the first, right after `local up` returned and the service answers;
    - once the cluster has settled (`settle`), Prometheus's CPU over 30 s with no health
-     service, then with each host-process configuration cycling on the healthy fleet
+     service, then with each configuration at its own pace on the healthy fleet
      (unless `--no-load-probe`): what the service's own reads cost Prometheus;
    - then the `--workers` configurations
      alternated (A B A B ...) `--rounds` times each: a worker count (16 as shipped; 1,
-     one node action at a time, the baseline), `old:N` for another checkout's service
-     (`--old-code`), or `pod` for the chart's Deployment (`--in-cluster`);
+     one node action at a time, the baseline) cycling every second (the fast
+     configuration, as `local up` runs it), `N@5` cycling every 5 s as the chart does
+     (the fault events read alone every second between cycles, as shipped), `old:N` for
+     another checkout's service (`--old-code`), or `pod` for the chart's Deployment with
+     the chart's defaults (`--in-cluster`);
    - then (unless `--no-backlog`) each host-process configuration once more with the
      storm all in Prometheus before the service starts (a restart or failover in a storm):
      how fast it takes out a backlog, from its start (`backlog_round`). The other rounds'
@@ -46,7 +49,7 @@ machine's two cores at 2,000 nodes, and the service would be measuring their que
 Usage (binaries built, nothing else running on the machine):
 
     .venv/bin/python bench/bench_health.py [--nodes 2000] [--failing 500] [--rounds 3]
-        [--workers 16 1 old:16 pod] [--old-code DIR] [--in-cluster] [--no-slowed]
+        [--workers 16 16@5 1 old:16 old:16@5 pod] [--old-code DIR] [--in-cluster] [--no-slowed]
         [--no-backlog] [--no-limited] [--no-load-probe]
         [--scrape 15] [--cycle-nodes 5000] [--cycle-scrape 60] [--logs DIR] [--json FILE]
 """
@@ -300,8 +303,8 @@ class PodService(Served):
 def install_chart(state: State, workdir: Path, fleet: dict, policy: Path) -> None:
     """The bundle installed with the local profile and only the health service on (the
     other components have nothing to do in this benchmark), scaled to 0 until a round
-    wants it. Its policy is the run's; it cycles every second, as the host process does,
-    with the chart's default resources (1 CPU, 512 MiB)."""
+    wants it. Its policy is the run's; the rest is the chart's defaults: a cycle every 5 s,
+    the fault events read alone every second between cycles, 1 CPU and 512 MiB."""
     from gridloop.bundle import bundling
 
     bundle = bundling.bundle(bundling.Request(out=workdir / "dist", skip=frozenset({"kaito"})))
@@ -318,7 +321,6 @@ def install_chart(state: State, workdir: Path, fleet: dict, policy: Path) -> Non
                 "dashboards": {"enabled": False},
                 "health": {
                     "replicas": 0,
-                    "intervalSeconds": 1,
                     "policy": policy.read_text(),
                     "resources": {
                         "requests": {"cpu": "100m", "memory": "128Mi"},
@@ -604,13 +606,12 @@ def prometheus_load(
     state: State, workers: list[str], start: Callable[[str], Served], span_s: float = 30
 ) -> dict[str, float]:
     """Prometheus's CPU (cores) over `span_s` on the settled, healthy fleet: with no health
-    service, then with each host-process configuration cycling every second. What the
-    service's own reads cost Prometheus when nothing is failing."""
+    service, then with each configuration at its own pace (the chart's pod too: Prometheus's
+    CPU is what is measured). What the service's own reads cost Prometheus when nothing is
+    failing."""
     none = Served()
     out = {"no service": _cpu_rate(state, none, span_s)}
     for w in workers:
-        if w == "pod":
-            continue
         service = start(w)
         try:
             service.wait_steady()
@@ -798,12 +799,19 @@ def _cleared(faults: FaultSet, names: list[str]) -> FaultSet:
     return faults
 
 
-def configuration(spec: str, old_code: Path | None) -> tuple[int, Path | None]:
-    """`16` (this checkout's service, 16 workers) or `old:16` (--old-code's)."""
+FAST_INTERVAL_S = 1.0  # the fast configuration's cycle interval (local up's)
+
+
+def configuration(spec: str, old_code: Path | None) -> tuple[int, Path | None, float]:
+    """`16` (this checkout's service, 16 workers, a cycle every second), `16@5` (a cycle
+    every 5 s, the chart's default, the fault events read alone every second between
+    cycles as shipped) or `old:16` (--old-code's): the worker count, the code, the
+    interval."""
+    spec, _, interval = spec.partition("@")
     code, _, workers = spec.rpartition(":")
     if code and old_code is None:
         raise SystemExit(f"--workers {spec}: needs --old-code")
-    return int(workers), old_code if code else None
+    return int(workers), old_code if code else None, float(interval or FAST_INTERVAL_S)
 
 
 def run_latency(
@@ -850,8 +858,8 @@ def run_latency(
     def launch(w: str) -> Served:
         if w == "pod":
             return PodService(api, replicas=2)
-        count, code = configuration(w, old_code)
-        return Service(res.state, policy, workers=count, interval=1.0, code=code)
+        count, code, interval = configuration(w, old_code)
+        return Service(res.state, policy, workers=count, interval=interval, code=code)
 
     settled_after = None
     try:
@@ -881,7 +889,7 @@ def run_latency(
 
             if kind == "limited":
                 reset_breaker(res.state)  # the earlier rounds' quarantines out of its window
-                service = Service(res.state, limited_policy, workers=16, interval=1.0)
+                service = Service(res.state, limited_policy, workers=16, interval=FAST_INTERVAL_S)
                 try:
                     service.wait_steady()
                     row = limited_round(res.state, api, prom, names, limited_policy, service)
@@ -1058,8 +1066,9 @@ def main() -> None:
         "--workers",
         nargs="+",
         default=["16", "1"],
-        help="configurations, alternated: workers, old:workers for --old-code's service, "
-        "or pod (with --in-cluster: the chart's Deployment, 2 replicas, 16 workers)",
+        help="configurations, alternated: workers (a cycle every second), workers@5 (every "
+        "5 s, the chart's pace), old:workers for --old-code's service, or pod (with "
+        "--in-cluster: the chart's Deployment with its defaults, 2 replicas, 16 workers)",
     )
     parser.add_argument(
         "--in-cluster",

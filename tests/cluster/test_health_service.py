@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import threading
 import time
 
 import pytest
@@ -60,6 +61,37 @@ def test_xid_79_quarantines_that_node_within_two_scrape_intervals_and_nothing_el
     assert "xid-79 on GPU 3" in node.metadata.annotations["health.gridloop.io/reason"]
     assert tainted() == {NODE}
     assert took <= 2 * SCRAPE_S + 3
+
+
+def _cycles(service: HealthService) -> int:
+    """How many cycles the service has completed (its own histogram's count)."""
+    samples = service.metrics.cycle.collect()[0].samples
+    return int(next(s.value for s in samples if s.name.endswith("_count")))
+
+
+def test_between_cycles_a_new_fault_event_starts_the_next_cycle_and_a_quiet_read_none(
+    local_cluster, namespace, sim, eventually, tainted, settle
+):
+    # cycles ten minutes apart: only the light fault read between them (every second) can
+    # take the node out before the test's deadline, and a read with nothing new acts not
+    service = _service(local_cluster, namespace)
+    settle(service)
+    stop = threading.Event()
+    runner = threading.Thread(target=service.run, args=(600.0, stop, None, 1.0), daemon=True)
+    runner.start()
+    try:
+        eventually(lambda: _cycles(service) == 1, "the first cycle", 30)
+        time.sleep(2 * SCRAPE_S)  # reads every second, nothing new in them
+        assert _cycles(service) == 1
+
+        sim("--node", NODE, "--gpu", "3", "--xid", "79")
+        eventually(lambda: NODE in tainted(), f"{NODE} quarantined", timeout=2 * SCRAPE_S + 5)
+        assert _cycles(service) == 2
+        assert tainted() == {NODE}
+    finally:
+        stop.set()
+        runner.join(30)
+    assert not runner.is_alive()
 
 
 def test_an_exporter_outage_warns_and_quarantines_nothing(

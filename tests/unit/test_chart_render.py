@@ -661,6 +661,8 @@ def test_health_service_runs_with_leader_election_and_probes(render: Render) -> 
     assert flags["--config"] == "/etc/gridloop/health.yaml"
     assert flags["--namespace"] == NAMESPACE
     assert flags["--listen"] == "0.0.0.0:9464"
+    # cycles every 5 s, the fault events read alone every second between them
+    assert (flags["--interval"], flags["--fault-read-interval"]) == ("5", "1")
     assert "--no-leader-election" not in command and "--dry-run" not in command
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"

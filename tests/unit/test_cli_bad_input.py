@@ -173,6 +173,16 @@ def test_bad_prometheus_access_is_one_line_naming_the_flag_before_any_cluster_ca
     assert _one_error_line(result.stderr) == expected.format(tmp=tmp_path)
 
 
+@pytest.mark.parametrize("flag", ["--interval", "--fault-read-interval"])
+def test_a_pace_that_is_not_positive_is_one_line_naming_the_flag(tmp_path, gridloop, flag):
+    result = gridloop(
+        "health", "run", "--kubeconfig", str(tmp_path / "missing"), "--prometheus-url",
+        "http://127.0.0.1:9", flag, "0",
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert _one_error_line(result.stderr) == f"error: {flag} 0.0: must be positive"
+
+
 def test_a_missing_kubeconfig_is_one_line_naming_the_flag(tmp_path, gridloop):
     result = gridloop("health", "status", "--kubeconfig", str(tmp_path / "missing"))
     assert result.returncode == 2

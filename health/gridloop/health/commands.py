@@ -30,6 +30,9 @@ from gridloop.health.policy import Policy
 from gridloop.health.policy_loading import load_policy
 
 DEFAULT_POLICY = resources.health_policy()
+# seconds between the light reads of the fault events between cycles (service.run); a fault
+# waits for one of these, not for the interval
+FAULT_READ_S = 1.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,6 +69,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "attaches it); default: the job alone",
     )
     p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")
+    p.add_argument(
+        "--fault-read-interval",
+        type=float,
+        default=FAULT_READ_S,
+        help="seconds between reads of the fault events alone (XID, ECC DBE, failed scrapes) "
+        "between cycles; one that shows a new event starts a cycle at once "
+        f"(default {FAULT_READ_S:g}; at most --interval)",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -119,6 +130,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         policy = dataclasses.replace(policy, dry_run=True)
     if args.interval <= 0:
         raise UsageError(f"--interval {args.interval}: must be positive")
+    if args.fault_read_interval <= 0:
+        raise UsageError(f"--fault-read-interval {args.fault_read_interval}: must be positive")
     if not 1 <= args.workers <= 256:
         raise UsageError(f"--workers {args.workers}: must be between 1 and 256")
     host, port = _listen(args.listen)
@@ -171,11 +184,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     lease = None if args.no_leader_election else Lease(api, args.namespace, args.identity)
     log(
-        f"health service started: {args.prometheus_url}, every {args.interval}s, "
+        f"health service started: {args.prometheus_url}, every {args.interval}s "
+        f"(fault events every {min(args.fault_read_interval, args.interval):g}s), "
         f"metrics on {host}:{server.server_port}, dry-run={policy.dry_run}"
     )
     ready.set()
-    service.run(args.interval, stop, lease)
+    service.run(args.interval, stop, lease, args.fault_read_interval)
     server.shutdown()
     return 0
 

@@ -9,10 +9,13 @@ remembers anything the cluster does not (the record is in node annotations and
 the status ConfigMap), so a restart or a failover repeats no action. The one thing
 carried from a cycle to the next is a Prometheus read: a cycle that quarantines starts the
 next cycle's read while it acts, and in a storm the next cycle follows as soon as that
-read is back. The fault reads stay paced all the same, storm or not: one starts no sooner
-than an interval after the last one started. Each read costs Prometheus a pass over every
-GPU's series, and reads back to back in a storm were most of Prometheus's load just when
-the machine was busiest (docs/benchmarks.md), which slowed the reads themselves.
+read is back. Between cycles the fault events alone are read on a shorter pace, and one
+that shows something new starts the next cycle at once (fault_news.py): a fault waits for
+a light read, not for the interval. The fault reads stay paced all the same, storm or not:
+one starts no sooner than `--fault-read-interval` after the last one started. Each read
+costs Prometheus a pass over every GPU's series, and reads back to back in a storm were
+most of Prometheus's load just when the machine was busiest (docs/benchmarks.md), which
+slowed the reads themselves.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from kubernetes import client
 from gridloop import names
 from gridloop.errors import one_line
 from gridloop.health import breaker as breakers
+from gridloop.health import fault_news
 from gridloop.health import status_configmap as status
 from gridloop.health.acting import WORKERS, EventSender, Executor, Outcome, record_event
 from gridloop.health.actions import Hold, Quarantine, TripBreaker, Warn
@@ -194,6 +198,9 @@ class HealthService:
         self.read_gap_s = 0.0
         self._read_started = -math.inf  # monotonic: when the last fault read started
         self._took: dict[str, float] = {}  # this cycle's fault read: each query's time
+        # the fault events the last cycle read: a read between cycles that shows more starts
+        # the next cycle at once (fault_news.py)
+        self._seen: frozenset[fault_news.Event] = frozenset()
         # the background read the last cycle laid its faults over, and the last one whose
         # ignored series were counted: each read's count once
         self._kept: object = None
@@ -224,6 +231,7 @@ class HealthService:
             results = prefetched
         if isinstance(results, str):
             return Observed(nodes=nodes, prometheus_error=results)
+        self._seen = fault_news.events(results)
         # the baseline can be up to a scrape interval old: staleness counts to now
         observed = with_faults(kept, results, nodes, now=time.time())
         if self.slow.error:
@@ -390,23 +398,31 @@ class HealthService:
                     f"{' (dry-run)' if self.policy.dry_run else ''}: {o.detail}".rstrip(": ")
                 )
 
-    def run(self, interval_s: float, stop: threading.Event, lease: Lease | None = None) -> None:
+    def run(
+        self,
+        interval_s: float,
+        stop: threading.Event,
+        lease: Lease | None = None,
+        fault_read_s: float | None = None,
+    ) -> None:
         """Cycle every `interval_s` until `stop` is set; act only while holding `lease`.
 
-        A cycle that quarantined a node is followed at once by the next, whose read was
-        started while it acted: the rest of a fault storm reaches Prometheus over one
-        scrape interval, and each of its nodes should wait for one read, not for a read and
-        an interval. Reads still start at most once per `interval_s` (`read_gap_s`).
+        Between cycles, the leader reads the fault events every `fault_read_s` (default, and
+        at most, `interval_s`): a read that shows an event the last cycle did not see starts
+        the next cycle at once, on that read (`_until`). A cycle that quarantined a node is
+        followed at once by the next, whose read was started while it acted: the rest of a
+        fault storm reaches Prometheus over one scrape interval, and each of its nodes should
+        wait for one read, not for a read and an interval. Reads still start at most once per
+        `fault_read_s` (`read_gap_s`).
         """
-        self.read_gap_s = interval_s
+        self.read_gap_s = min(fault_read_s or interval_s, interval_s)
         while not stop.is_set():
-            started, storm = time.monotonic(), False
+            started, storm, leading = time.monotonic(), False, False
             self.heartbeat = started
             try:
                 leading = lease.hold() if lease else True
             except Exception as err:  # API server away: not leading is the safe answer
                 self.log(f"leader election failed: {one_line(err)}")
-                leading = False
             self.metrics.leader.set(1 if leading else 0)
             if leading:
                 try:
@@ -416,6 +432,29 @@ class HealthService:
                     self.log(f"cycle failed: {one_line(err)}")
             self.heartbeat = time.monotonic()
             if not storm:
-                stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+                self._until(started + interval_s, stop, leading)
         if self.executor.events is not None:
             self.executor.events.close()  # the Events of the last cycle's actions go out
+
+    def _until(self, due: float, stop: threading.Event, leading: bool) -> None:
+        """Wait for the next cycle, due at `due` (monotonic). The leader reads the fault
+        events meanwhile, once per `read_gap_s`, and returns early with a read that shows
+        something new, kept for the next cycle. A read that fails is left to the cycle to
+        report."""
+        while not stop.is_set():
+            now = time.monotonic()
+            next_read = self._read_started + self.read_gap_s
+            if not leading or next_read >= due:
+                stop.wait(max(0.0, due - now))  # the cycle's own read comes first
+                return
+            if now < next_read:
+                stop.wait(min(due, next_read) - now)
+                continue
+            took: dict[str, float] = {}
+            self._read_started = started = time.monotonic()
+            answer = read(self.prom, self.fast, 0.0, took=took)
+            if not isinstance(answer, str) and fault_news.news(self._seen, answer):
+                done: Future[Read] = Future()
+                done.set_result(Read(answer, started, time.monotonic()))
+                self._next = Prefetch(done, took)
+                return
