@@ -65,16 +65,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that stop and restart the shared cluster run after all the others; before
+    """Tests that stop and restart the shared cluster run after all the others, the one
+    that loses a container node for good last (tests/cluster/cluster_restarts.py); before
     them the modules that run the heavy images (`heavy_images`: under `make test` they
     build beside the tests, so these wait for them as late as they can); before those, one
     after the other, the modules that share one install of the chart (`kueue_platform`,
-    tests/cluster/conftest.py), so it is installed once."""
+    tests/cluster/conftest.py), so it is installed once, those of them that run a heavy
+    image (test_training.py) last."""
 
-    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
+    def order(item: pytest.Item) -> tuple[bool, bool, bool, bool, bool]:
         restarts = item.get_closest_marker("restarts_cluster") is not None
+        loses_a_node = item.get_closest_marker("loses_a_node") is not None
         fixtures = getattr(item, "fixturenames", ())
-        return restarts, "heavy_images" in fixtures, "kueue_platform" in fixtures
+        heavy, shared = "heavy_images" in fixtures, "kueue_platform" in fixtures
+        return restarts, loses_a_node, heavy and not shared, shared, heavy
 
     items.sort(key=order)
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import early_pulls
 import pytest
 from fleet_reset import fault_free, put_back
 from platform_install import SHARED, Installed, SharedPlatform
@@ -22,28 +23,70 @@ HEAVY_BUILD_ENV = "GRIDLOOP_HEAVY_BUILD_LOG"
 HEAVY_BUILD_WAIT = 3600  # s: a cold vLLM CPU image took 6 to 9 minutes; a stuck one fails
 
 
+def heavy_build_failed() -> str | None:
+    """Under `make test`, wait for the heavy images' build beside the lanes to end (its
+    exit code in `<log>.rc`); why it failed, or None (also when none runs beside)."""
+    log = os.environ.get(HEAVY_BUILD_ENV)
+    if not log:
+        return None
+    rc = Path(log + ".rc")
+    deadline = time.monotonic() + HEAVY_BUILD_WAIT
+    while not rc.is_file():
+        if time.monotonic() > deadline:
+            return f"the heavy images' build did not end in {HEAVY_BUILD_WAIT}s: {log}"
+        time.sleep(2)
+    code = rc.read_text().strip()
+    return None if code == "0" else f"the heavy images' build failed (exit {code}): {log}"
+
+
 @pytest.fixture(scope="session")
-def heavy_images(local_cluster) -> None:
+def heavy_images(local_cluster, request) -> None:
     """The vLLM CPU, Ray and trainer images in the cluster's registry. Under `make test`
-    they build beside the tests (tests/suite.py), so this waits for that build to end
-    (its exit code in `<log>.rc`), then pushes what the registry lacks, as `gridloop local
-    build` does on a running cluster. Run alone (plain pytest), the images are whatever
-    `gridloop local build all` left in the cache. The modules that use it run last
-    (tests/conftest.py), so the build has had most of the run to finish."""
+    they build beside the tests (tests/suite.py), so this waits for that build to end,
+    then pushes what the registry lacks, as `gridloop local build` does on a running
+    cluster. Run alone (plain pytest), the images are whatever `gridloop local build all`
+    left in the cache. The modules that use it run last (tests/conftest.py), so the build
+    has had most of the run to finish; the early pulls' push (early_pulls.py) ends first."""
     from gridloop.local import cluster
 
-    log = os.environ.get(HEAVY_BUILD_ENV)
-    if log:
-        rc = Path(log + ".rc")
-        deadline = time.monotonic() + HEAVY_BUILD_WAIT
-        while not rc.is_file():
-            if time.monotonic() > deadline:
-                pytest.fail(f"the heavy images' build did not end in {HEAVY_BUILD_WAIT}s: {log}")
-            time.sleep(2)
-        code = rc.read_text().strip()
-        if code != "0":
-            pytest.fail(f"the heavy images' build failed (exit {code}): {log}", pytrace=False)
+    pulls = request.config.stash.get(EARLY_PULLS, None)
+    if pulls is not None:  # its push done: never two at once
+        pulls.pushed.wait(HEAVY_BUILD_WAIT)
+    failed = heavy_build_failed()
+    if failed:
+        pytest.fail(failed, pytrace=False)
     cluster.push_new_images(local_cluster.state.dir)
+
+
+EARLY_PULLS = pytest.StashKey[early_pulls.EarlyPulls]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def heavy_images_pulled_early(request) -> Iterator[None]:
+    """In the container lane, when a test to run uses `heavy_images`: the heavy images
+    pushed and pulled onto the container node by a background thread from the first
+    cluster test on (early_pulls.py). Not on a user's cluster (GRIDLOOP_TEST_STATE)."""
+    wanted = any(HEAVY_FIXTURE in getattr(i, "fixturenames", ()) for i in request.session.items)
+    kwok_lane = os.environ.get("GRIDLOOP_TEST_LANE") == "kwok"
+    if not wanted or kwok_lane or os.environ.get("GRIDLOOP_TEST_STATE"):
+        yield
+        return
+    from gridloop.local import cluster
+    from gridloop.local.build.images import locked_images
+
+    local_cluster = request.getfixturevalue("local_cluster")
+
+    def ready() -> bool:
+        if heavy_build_failed():
+            return False
+        cluster.push_new_images(local_cluster.state.dir)
+        return True
+
+    refs = [image.ref() for image in locked_images.IMAGES]
+    pulls = early_pulls.EarlyPulls(local_cluster.api, refs, ready).start()
+    request.config.stash[EARLY_PULLS] = pulls
+    yield
+    pulls.stop(10)
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ A node fails in two steps here, with `gridloop local stop-node` as a user runs i
   the Lease once it expires, and a fault injected as the node goes is quarantined once.
 Who acted is read from each Event's reportingInstance (the replica's pod name).
 
-This stops the shared cluster (tests/conftest.py) and starts it again with two container
-nodes, so it runs after every other test (the `restarts_cluster` marker); it ends by
-starting it again with its one node, which removes the lost node and its pods. The GPU
+This runs on the shared cluster (tests/conftest.py) restarted with two container nodes,
+after every other test (the `restarts_cluster` and `loses_a_node` markers: the module
+before it, test_training_samples.py, leaves the two nodes); it ends by starting it again
+with its one node, which removes the lost node and its pods. The GPU
 faults are simulated (no GPU here); the nodes, the pods and the service are real.
 """
 
@@ -44,7 +45,7 @@ from gridloop.local.container import cgroups
 from gridloop.local.container.layout import NodeLayout
 from gridloop.local.state import load
 
-pytestmark = cluster_restarts.MARKS
+pytestmark = [*cluster_restarts.MARKS, cluster_restarts.LOSES_A_NODE]
 
 NODES = ("system-000", "system-001")
 FIRST = ("us-east-h100-005", "us-east-h100")  # a node and its flavor
@@ -53,10 +54,10 @@ SECOND = ("eu-west-h100-002", "eu-west-h100")
 
 @pytest.fixture(scope="module")
 def one_node_fleet(local_cluster, tmp_path_factory) -> Iterator[Path]:
-    """The cluster restarted with two container nodes; the fleet it had, to go back to."""
+    """The cluster with two container nodes (restarted with them unless the module before,
+    test_training_samples.py, left them); its fleet with one, to go back to."""
     state, work = local_cluster.state, tmp_path_factory.mktemp("node-loss")
-    one, two = cluster_restarts.fleet_files(state.dir, work, len(NODES))
-    restart(state.dir, two, state.base_port)
+    one = cluster_restarts.with_container_nodes(state.dir, work, len(NODES), state.base_port)
     try:
         yield one
     finally:  # the test gives the cluster its one node back, unless it failed first

@@ -16,14 +16,14 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import boto3
 import pytest
 import ray_jobs
 from kubernetes.client.rest import ApiException
 from kueue_scenario import POLICY, QUOTA, TeamQueues
-from platform_install import GRIDLOOP, installed_platform
+from platform_install import GRIDLOOP
 
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
@@ -32,23 +32,24 @@ from gridloop.local.addons import object_store
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
 
 NS = ray_jobs.TEAM_NAMESPACE
-# what training needs: Kueue, KubeRay and the admission policies; the rest is other tests'
-LEAN = ("health.enabled=false", "agentSandbox.enabled=false")
 # a line the example's driver prints per step: "step  12  loss 0.4396  accuracy 0.864"
 STEP = re.compile(r"^step +(\d+)  loss (\d+\.\d{4})  accuracy", re.M)
 FIRST_START_S = 600  # the first RayJob pulls the Ray image (0.6 GB) into containerd
 
 
 @pytest.fixture(scope="module")
-def training(local_cluster, tmp_path_factory) -> Iterator[None]:
-    """The platform installed with the local profile, and the object store's keys in the
-    team's namespace as the Secret the example reads (docs/training.md's step)."""
-    work = tmp_path_factory.mktemp("training")
-    with installed_platform(local_cluster, work, LEAN):
+def training(kueue_platform, local_cluster) -> None:
+    """The platform installed with the local profile (the install the Kueue modules share,
+    kept for this one: tests/conftest.py runs it right after them), and the object store's
+    keys in the team's namespace as the Secret the example reads (docs/training.md's
+    step). The namespace goes with the shared install."""
+    try:
         local_cluster.core.create_namespaced_secret(
             NS, object_store.secret_object(local_cluster.state.dir, NS)
         )
-        yield
+    except ApiException as err:
+        if err.status != 409:  # there already
+            raise
 
 
 @pytest.fixture

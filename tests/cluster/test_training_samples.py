@@ -5,9 +5,9 @@ sample.yaml`, read from the pinned KubeRay Go module (the module proxy, hash-che
 a copy in this repository): a head and a worker of one CPU each, plus KubeRay's default
 submitter (half a CPU), running `rayproject/ray:2.52.0`, which the local registry serves
 as gridloop's Ray image. 2.5 CPUs do not fit on one container node of a 2-core machine,
-so this module restarts the shared cluster with two container nodes (each kubelet reports
-the host's cores) and gives it its one node back at the end: it runs after every other
-test (the `restarts_cluster` marker).
+so this module runs on the shared cluster restarted with two container nodes (each
+kubelet reports the host's cores), after every other test but the node-loss one, which
+uses the same two nodes (the `restarts_cluster` marker, cluster_restarts.py).
 
 Kueue's own `ray-job-sample` is not here: its site/ folder, where that sample lives, is
 not in Kueue's Go module (v0.17.1's zip has apis, charts, cmd, config, ... and no site/),
@@ -31,7 +31,6 @@ import cluster_restarts
 import pytest
 import ray_jobs
 import yaml
-from cluster_restarts import restart
 from kubernetes.client.rest import ApiException
 from platform_install import installed_platform
 
@@ -49,16 +48,13 @@ ITERATIONS = 10  # of the sample's loop: range(600) with a one-second sleep
 
 @pytest.fixture(scope="module")
 def two_nodes(local_cluster, tmp_path_factory) -> Iterator[None]:
-    """The cluster restarted with two container nodes and the platform installed; then
-    uninstalled and restarted with the fleet it had."""
+    """The cluster with two container nodes (restarted with them unless a module before
+    left them) and the platform installed; then uninstalled. The two nodes stay for the
+    next module, test_health_node_loss.py, which ends with one (cluster_restarts.py)."""
     state, work = local_cluster.state, tmp_path_factory.mktemp("samples")
-    one, two = cluster_restarts.fleet_files(state.dir, work, 2)
-    restart(state.dir, two, state.base_port)
-    try:
-        with installed_platform(local_cluster, work, LEAN, timeout="5m"):
-            yield
-    finally:
-        restart(state.dir, one, state.base_port)
+    cluster_restarts.with_container_nodes(state.dir, work, 2, state.base_port)
+    with installed_platform(local_cluster, work, LEAN, timeout="5m"):
+        yield
 
 
 def kuberay_sample() -> dict:
