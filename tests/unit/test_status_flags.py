@@ -46,6 +46,16 @@ current-context: x
             ["--prometheus-url", "http://p:9090", "--prometheus-ca-file", "/etc/passwd"],
             "error: --prometheus-url http://p:9090: TLS files given, so an https:// URL",
         ),
+        (  # not meant for the local cluster's plain Prometheus, the fallback without a URL
+            ["--prometheus-ca-file", "/etc/passwd"],
+            "error: --prometheus-ca-file /etc/passwd: for the Prometheus --prometheus-url "
+            "names; none given",
+        ),
+        (
+            ["--prometheus-token-file", "/etc/hostname"],
+            "error: --prometheus-token-file /etc/hostname: for the Prometheus --prometheus-url "
+            "names; none given",
+        ),
     ],
 )
 def test_a_bad_flag_is_one_line_naming_it(flags, expected, tmp_path, gridloop):

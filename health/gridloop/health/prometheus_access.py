@@ -60,15 +60,14 @@ class Access:
     key_file: Path | None = None
     token_file: Path | None = None  # a bearer token, sent with every query
 
+    def files(self) -> dict[str, Path | None]:
+        """Each flag of FLAGS with the file it names (None: not given)."""
+        named = (self.ca_file, self.cert_file, self.key_file, self.token_file)
+        return dict(zip(FLAGS, named, strict=True))
+
     def problem(self, url: str) -> str | None:
         """One line naming the flag that is wrong, or None."""
-        files = {
-            "--prometheus-ca-file": self.ca_file,
-            "--prometheus-cert-file": self.cert_file,
-            "--prometheus-key-file": self.key_file,
-            "--prometheus-token-file": self.token_file,
-        }
-        for flag, path in files.items():
+        for flag, path in self.files().items():
             if path is not None and not path.is_file():
                 return f"{flag} {path}: no such file"
         if (self.cert_file is None) != (self.key_file is None):

@@ -102,6 +102,12 @@ def _source(args: argparse.Namespace) -> Source:
         raise UsageError(f"--prometheus-url {url}: not an http:// or https:// URL")
     access = prometheus_access.from_args(args, url)
     if url is None:
+        # they describe the Prometheus a URL names, not the local cluster's plain one
+        given = [(flag, path) for flag, path in access.files().items() if path is not None]
+        if given:
+            flag, path = given[0]
+            named = "for the Prometheus --prometheus-url names; none given"
+            raise UsageError(f"{flag} {path}: {named}")
         url = local_prometheus(kubeconfig)
     return Source(
         kubeconfig=kubeconfig,
