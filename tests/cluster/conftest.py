@@ -51,6 +51,7 @@ def heavy_images(local_cluster, request) -> None:
 
     pulls = request.config.stash.get(EARLY_PULLS, None)
     if pulls is not None:  # its push done: never two at once
+        pulls.begin()
         pulls.pushed.wait(HEAVY_BUILD_WAIT)
     failed = heavy_build_failed()
     if failed:
@@ -64,8 +65,9 @@ EARLY_PULLS = pytest.StashKey[early_pulls.EarlyPulls]()
 @pytest.fixture(scope="session", autouse=True)
 def heavy_images_pulled_early(request) -> Iterator[None]:
     """In the container lane, when a test to run uses `heavy_images`: the heavy images
-    pushed and pulled onto the container node by a background thread from the first
-    cluster test on (early_pulls.py). Not on a user's cluster (GRIDLOOP_TEST_STATE)."""
+    pushed and pulled onto the container node by a background thread, from the first test
+    of the shared install's modules on (early_pulls.py; `pytest_runtest_setup` below
+    starts it). Not on a user's cluster (GRIDLOOP_TEST_STATE)."""
     wanted = any(HEAVY_FIXTURE in getattr(i, "fixturenames", ()) for i in request.session.items)
     kwok_lane = os.environ.get("GRIDLOOP_TEST_LANE") == "kwok"
     if not wanted or kwok_lane or os.environ.get("GRIDLOOP_TEST_STATE"):
@@ -148,9 +150,14 @@ def kueue_platform(shared_platform, local_cluster, tmp_path_factory) -> Installe
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before any test that does not use the shared install (its module may install the
-    chart its own way), that install is removed."""
-    if SHARED_FIXTURE not in getattr(item, "fixturenames", ()):
+    chart its own way), that install is removed. The first test that uses it, or the
+    heavy images, starts the early pulls."""
+    fixtures = getattr(item, "fixturenames", ())
+    if SHARED_FIXTURE not in fixtures:
         SHARED.close()
+    pulls = item.config.stash.get(EARLY_PULLS, None)
+    if pulls is not None and (SHARED_FIXTURE in fixtures or HEAVY_FIXTURE in fixtures):
+        pulls.begin()  # early_pulls.py: from the modules of the shared install on
 
 
 @pytest.fixture

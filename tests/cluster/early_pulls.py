@@ -3,9 +3,12 @@
 The modules that run the vLLM CPU, Ray and trainer images come late in the container lane
 (tests/conftest.py orders them), and the first pod of each waits for its image: the vLLM
 CPU image (3.4 GB) took 44 s to pull and unpack on an idle machine, the Ray and trainer
-images 6 s each. Pulled by a background thread as soon as they are in the registry
-(under `make test`, once their build beside the lanes ends), that time passes while the
-first modules run and leave a core idle. The pull is the kubelet's own (the local
+images 6 s each. Pulled by a background thread once the modules that share one install
+begin (`kueue_platform`: they wait on Prometheus and Kueue more than on the CPU, and come
+right before the heavy ones; the first modules' installs keep both cores busy: started
+with them, the pull made them 48 s longer) and once the images are in the registry (under
+`make test`, when their build beside the lanes ends), that time passes while a core is
+idle. The pull is the kubelet's own (the local
 kubelets pull in parallel: serializeImagePulls false): a pod per image on the container
 nodes that runs `true` and is deleted once done, in a namespace of its own. It is a
 head start only: a pull that fails or is cut short by a module restarting the cluster is
@@ -70,8 +73,10 @@ class EarlyPulls:
         self.images = list(images)
         self.ready = ready
         self.said: list[str] = []
-        # set once `ready()` has returned (the images pushed, or never): a module that
-        # runs them pushes after that, never beside it, and pulls beside the pods here
+        # set when the pulls may start (`begin`), and once `ready()` has returned (the
+        # images pushed, or never): a module that runs them pushes after that, never beside
+        # it, and pulls beside the pods here
+        self.go = threading.Event()
         self.pushed = threading.Event()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="early-pulls", daemon=True)
@@ -80,12 +85,18 @@ class EarlyPulls:
         self.thread.start()
         return self
 
+    def begin(self) -> None:
+        self.go.set()
+
     def stop(self, timeout: float) -> None:
         self.stopping.set()
         self.thread.join(timeout)
 
     def _run(self) -> None:
         try:
+            while not self.go.wait(1):
+                if self.stopping.is_set():
+                    return
             ready = self.ready()
             self.pushed.set()
             if ready:
