@@ -1,19 +1,19 @@
-"""The heavy images pulled onto the container node early, while the first modules run.
+"""The heavy images pulled onto the container node early, while the modules before theirs run.
 
 The modules that run the vLLM CPU, Ray and trainer images come late in the container lane
 (tests/conftest.py orders them), and the first pod of each waits for its image: the vLLM
 CPU image (3.4 GB) took 44 s to pull and unpack on an idle machine, the Ray and trainer
-images 6 s each. Pulled by a background thread once the modules that share one install
+images 6 s each. A background thread pulls them once the modules that share one install
 begin (`kueue_platform`: they wait on Prometheus and Kueue more than on the CPU, and come
-right before the heavy ones; the first modules' installs keep both cores busy: started
-with them, the pull made them 48 s longer) and once the images are in the registry (under
-`make test`, when their build beside the lanes ends), that time passes while a core is
-idle. The pull is the kubelet's own (the local
-kubelets pull in parallel: serializeImagePulls false): a pod per image on the container
-nodes that runs `true` and is deleted once done, in a namespace of its own. It is a
-head start only: a pull that fails or is cut short by a module restarting the cluster is
-left to the kubelet, which pulls the image when a test's pod needs it, as it does for a
-module run alone.
+right before the heavy ones; the first modules' installs keep both cores busy, and started
+with them the pull made them 48 s longer in one run) and once the images are in the
+registry (under `make test`, when their build beside the lanes ends): that time passes
+while a core is idle. The pull is the kubelet's own (the local kubelets pull in parallel:
+serializeImagePulls false): a pod per image on the container nodes that runs `true` and
+is deleted once done, in a namespace of its own. It is a head start only: a pull that
+fails or is cut short by a module restarting the cluster is left to the kubelet, which
+pulls the image when a test's pod needs it, as it does for a module run alone; what went
+wrong is kept in `said`, not reported.
 """
 
 from __future__ import annotations
