@@ -25,7 +25,6 @@ from pathlib import Path
 
 import cluster_restarts
 import pytest
-import yaml
 from cluster_restarts import restart
 from health_pods import (
     gpu_quota,
@@ -61,8 +60,7 @@ def one_node_fleet(local_cluster, tmp_path_factory) -> Iterator[Path]:
     try:
         yield one
     finally:  # the test gives the cluster its one node back, unless it failed first
-        recorded = yaml.safe_load((state.dir / "fleet.yaml").read_text())
-        if recorded["containerNodes"]["nodes"] != 1:
+        if cluster_restarts.container_nodes(state.dir) != 1:
             restart(state.dir, one, state.base_port)
 
 
