@@ -16,25 +16,21 @@ shipped and once with dcgmExporter.profiling (CAP_SYS_ADMIN).
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from chart_template import CHART, helm_template
 from container_pods import NODE
 from kubernetes import client
 
 from gridloop.fleet import CONTAINER_NODE_LABEL
 from gridloop.health.observed import TAINT_KEY
-from gridloop.local.build import building
 from gridloop.local.build.images import table
 from gridloop.local.container.layout import NodeLayout
 
 pytestmark = pytest.mark.cluster
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "gridloop"
 NAME = "gridloop-dcgm-exporter"
 # What the busybox stand-in prints: what the exporter would read, then it serves /health.
 REPORT = """\
@@ -53,39 +49,18 @@ def rendered(
     namespace: str, pod_resources: Path, home: Path, profiling: bool
 ) -> dict[str, dict[str, Any]]:
     """The exporter's objects and the counters ConfigMap, as `helm template` renders them."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": os.devnull,
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
-    done = subprocess.run(
-        [
-            str(building.binary("helm")),
-            "template",
-            "gridloop",
-            str(CHART),
-            "--namespace",
-            namespace,
-            "-f",
-            str(CHART / "profiles" / "minimal.yaml"),
-            "--set",
-            f"dcgmExporter.enabled=true,dcgmExporter.podResources.hostPath={pod_resources},"
-            f"dcgmExporter.profiling={str(profiling).lower()}",
-            "--show-only",
-            "templates/dcgm-exporter.yaml",
-            "--show-only",
-            "templates/gpu-metrics.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    docs = helm_template(
+        "gridloop",
+        namespace,
+        home,
+        *("-f", str(CHART / "profiles" / "minimal.yaml")),
+        "--set",
+        f"dcgmExporter.enabled=true,dcgmExporter.podResources.hostPath={pod_resources},"
+        f"dcgmExporter.profiling={str(profiling).lower()}",
+        *("--show-only", "templates/dcgm-exporter.yaml"),
+        *("--show-only", "templates/gpu-metrics.yaml"),
     )
-    assert done.returncode == 0, done.stderr
-    return {d["kind"]: d for d in yaml.safe_load_all(done.stdout) if d}
+    return {d["kind"]: d for d in docs}
 
 
 def on_the_container_node(daemonset: dict[str, Any]) -> dict[str, Any]:

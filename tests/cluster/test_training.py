@@ -278,7 +278,8 @@ def test_a_rayjob_without_a_queue_in_a_team_namespace_is_refused_by_the_policy(
     _, job = ray_jobs.example()
     del job["metadata"]["labels"]
     message = refusal(lambda: ray_jobs.apply(local_cluster.api, namespace, job))
-    assert "-gpu-jobs-queued" in message
+    # a namespace labelled as a team's, not one of kueue.teams: the policy's -labelled binding
+    assert "-gpu-jobs-queued' with binding 'gridloop-itest-gpu-jobs-queued-labelled'" in message
     assert (
         "Ray jobs and clusters in team namespaces must name a Kueue LocalQueue: set label "
         "kueue.x-k8s.io/queue-name"

@@ -199,8 +199,21 @@ def test_local_profile_runs_the_controllers_on_the_container_nodes_and_leaves_ou
     assert names(docs, "ValidatingAdmissionPolicyBinding") == {
         "gridloop-sandbox-isolation",
         "gridloop-gpu-jobs-queued",
+        "gridloop-gpu-jobs-queued-labelled",
         "gridloop-health-node-fields",
     }
+    # KubeRay creates the Ray clusters' GPU pods: the GPU policy admits its ServiceAccount
+    (operator,) = [
+        d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == "kuberay-operator"
+    ]
+    account = operator["spec"]["template"]["spec"]["serviceAccountName"]
+    (policy,) = [
+        d for d in of_kind(docs, "ValidatingAdmissionPolicy") if "gpu" in d["metadata"]["name"]
+    ]
+    creators = next(
+        v["expression"] for v in policy["spec"]["validations"] if "GPU pods" in v.get("message", "")
+    )
+    assert f'"system:serviceaccount:{operator["metadata"]["namespace"]}:{account}"' in creators
 
 
 @needs_helm_and_kubectl

@@ -956,24 +956,70 @@ def test_sandbox_policy_allows_gvisor_and_kata_and_checks_each_escape(render: Re
 def test_gpu_job_policy_names_the_queue_label(render: Render) -> None:
     docs = render()
     policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-gpu-jobs-queued")
-    gpu, ray = policy["spec"]["validations"]
-    assert gpu["message"] == (
+    messages = [v.get("message") or v["messageExpression"] for v in policy["spec"]["validations"]]
+    assert messages[:2] == [
         "GPU jobs in team namespaces must name a Kueue LocalQueue: set label "
-        "kueue.x-k8s.io/queue-name"
-    )
-    # Ray work queues on the container nodes' CPU flavor too: always through a queue
-    assert ray["message"] == (
+        "kueue.x-k8s.io/queue-name",
+        # Ray work queues on the container nodes' CPU flavor too: always through a queue
         "Ray jobs and clusters in team namespaces must name a Kueue LocalQueue: set label "
-        "kueue.x-k8s.io/queue-name"
-    )
+        "kueue.x-k8s.io/queue-name",
+    ]
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]} == {
+        ("", "pods"),
+        ("", "replicationcontrollers"),
         ("batch", "jobs"),
+        ("batch", "cronjobs"),
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "replicasets"),
+        ("apps", "daemonsets"),
         ("ray.io", "rayjobs"),
         ("ray.io", "rayclusters"),
     }
-    binding = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-gpu-jobs-queued")
-    assert binding["spec"]["validationActions"] == ["Deny"]
+    # an ownerReference exempts nothing: anyone can write one
+    assert "matchConditions" not in policy["spec"]
+    # the chart's teams by their namespace's name, a label only the API server sets
+    by_name = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-gpu-jobs-queued")
+    assert by_name["spec"]["validationActions"] == ["Deny"]
+    teams = {"key": "kubernetes.io/metadata.name", "values": ["team-default"]}
+    assert by_name["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [{**teams, "operator": "In"}]
+    }
+    # any other namespace labelled as a team's: one binding per namespace
+    labelled = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-gpu-jobs-queued-labelled")
+    assert labelled["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "gridloop.io/team", "operator": "Exists"},
+            {**teams, "operator": "NotIn"},
+        ]
+    }
+
+
+@needs_helm
+def test_gpu_pods_come_only_from_the_listed_creators(render: Render) -> None:
+    def pod_rule(docs: list[Doc]) -> Doc:
+        policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-gpu-jobs-queued")
+        (rule,) = [v for v in policy["spec"]["validations"] if "GPU pods" in v.get("message", "")]
+        return rule
+
+    # minimal: no KubeRay of the chart's (test_chart_commands.py checks the local profile's)
+    rule = pod_rule(render())
+    assert rule["message"] == (
+        "GPU pods in team namespaces may not be created directly: only "
+        "system:serviceaccount:kube-system:job-controller create them, for a queued Job or "
+        "Ray cluster (policies.gpuPodCreators)"
+    )
+    assert "variables.queued" not in rule["expression"]  # Kueue's pod integration is off
+    # with Kueue's pod and Deployment integrations, a queued pod or Deployment passes
+    docs = render(sets=("kueue.integrations={batch/job,pod,deployment}",))
+    assert "|| variables.queued" in pod_rule(docs)["expression"]
+    policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-gpu-jobs-queued")
+    expressions = [v["expression"] for v in policy["spec"]["validations"]]
+    assert any('["Deployment"]' in e and "variables.queued" in e for e in expressions)
+    assert any(
+        '["ReplicaSet","DaemonSet","ReplicationController","StatefulSet"]' in e for e in expressions
+    )
 
 
 # --- metrics, alerts, dashboards ---

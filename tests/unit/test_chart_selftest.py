@@ -209,8 +209,12 @@ def test_the_policy_test_probes_the_policies_the_chart_renders_where_they_apply(
     labels = named(docs, "Namespace", args["--namespace"])["metadata"]["labels"]
     wanted = sandbox["matchConstraints"]["namespaceSelector"]["matchLabels"]
     assert wanted.items() <= labels.items()
-    (team,) = gpu["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    # (the GPU policy's namespaces are its bindings': the scratch one is labelled a team's)
+    assert "namespaceSelector" not in gpu["matchConstraints"]
+    labelled = named(docs, "ValidatingAdmissionPolicyBinding", f"{GPU_POLICY}-labelled")
+    team, not_a_team = labelled["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
     assert team == {"key": "gridloop.io/team", "operator": "Exists"} and team["key"] in labels
+    assert args["--namespace"] not in not_a_team["values"]
     # the compliant pod's RuntimeClass is one the chart makes and the policy allows
     assert named(docs, "RuntimeClass", args["--runtime-class"])
     assert f'"{args["--runtime-class"]}"' in sandbox["validations"][0]["expression"]
