@@ -11,22 +11,16 @@ Kueue does not run in this lane; one real Job shows the job controller's GPU pod
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from admission_dry_runs import Admission, policy_in_force
 from chart_template import CHART, helm_template
 from kubernetes import client
-
-from gridloop.local.build import building
 
 # the control plane and kwok only: admission is the API server's
 pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
@@ -35,42 +29,6 @@ RELEASE = "gpuadm"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 QUARANTINE = "gridloop.io/gpu-unhealthy"
 RENAMED_GPU = "nvidia.com/a100"  # policies.gpuResources, as a renamed resource would be
-
-PSA_PRIVILEGED = {"pod-security.kubernetes.io/enforce": "privileged"}
-
-
-@dataclass(frozen=True)
-class Admission:
-    policy: str  # the ValidatingAdmissionPolicy's name, as refusals print it
-    team: str  # a team namespace the chart's values name (kueue.teams)
-    plain: str  # a namespace of no team
-    kubeconfig: Path
-
-    def create(self, namespace: str, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-        """`kubectl create --dry-run=server` of `obj` in `namespace`, as a tenant runs it."""
-        return subprocess.run(
-            [
-                str(building.binary("kubectl")),
-                *("create", "--dry-run=server", "-n", namespace, "-o", "name", "-f", "-"),
-            ],
-            input=json.dumps(obj),
-            env=dict(os.environ, KUBECONFIG=str(self.kubeconfig)),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-    def refused(self, obj: dict[str, Any], namespace: str | None = None) -> str:
-        """The API server's refusal of `obj` in the team namespace, naming the policy."""
-        done = self.create(namespace or self.team, obj)
-        assert done.returncode != 0, f"{obj['kind']} admitted: {done.stdout}"
-        assert f"ValidatingAdmissionPolicy '{self.policy}'" in done.stderr, done.stderr
-        return done.stderr
-
-    def admitted(self, obj: dict[str, Any], namespace: str | None = None) -> None:
-        done = self.create(namespace or self.team, obj)
-        assert done.returncode == 0, done.stderr
 
 
 def _render(namespace: str, team_namespace: str, home: Path) -> list[dict[str, Any]]:
@@ -161,39 +119,10 @@ def _workload(kind: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def admission(local_cluster, tmp_path_factory) -> Iterator[Admission]:
-    core = local_cluster.core
-    suffix = uuid.uuid4().hex[:5]
-    team, plain = f"team-adm-{suffix}", f"plain-adm-{suffix}"
-    for name, labels in ((team, {"gridloop.io/team": "adm"}), (plain, {})):
-        core.create_namespace(
-            {
-                "metadata": {
-                    "name": name,
-                    "labels": {"gridloop-test": "true", **PSA_PRIVILEGED, **labels},
-                }
-            }
-        )
+    team = f"team-adm-{uuid.uuid4().hex[:5]}"
     docs = _render("gpuadm-system", team, tmp_path_factory.mktemp("helm-home"))
-    registration = client.AdmissionregistrationV1Api(local_cluster.api)
-    (policy,) = (d for d in docs if d["kind"] == "ValidatingAdmissionPolicy")
-    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
-    registration.create_validating_admission_policy(policy)
-    for binding in bindings:
-        registration.create_validating_admission_policy_binding(binding)
-    ready = Admission(policy["metadata"]["name"], team, plain, local_cluster.kubeconfig)
-    try:
-        # the API server loads a new policy a moment later: until it refuses a queue-less Job
-        deadline = time.monotonic() + 30
-        while ready.create(team, _job()).returncode == 0:
-            assert time.monotonic() < deadline, "the GPU policy was not loaded within 30 s"
-            time.sleep(0.2)
+    with policy_in_force(local_cluster, docs, team, {"gridloop.io/team": "adm"}, _job()) as ready:
         yield ready
-    finally:
-        for binding in bindings:
-            registration.delete_validating_admission_policy_binding(binding["metadata"]["name"])
-        registration.delete_validating_admission_policy(policy["metadata"]["name"])
-        for name in (team, plain):
-            core.delete_namespace(name, propagation_policy="Background")
 
 
 def test_a_job_owned_by_the_teams_own_config_map_is_still_checked(admission: Admission) -> None:
@@ -267,14 +196,18 @@ def test_removing_the_team_label_does_not_take_a_team_out(
     admission: Admission, local_cluster
 ) -> None:
     core = local_cluster.core
-    core.patch_namespace(admission.team, {"metadata": {"labels": {"gridloop.io/team": None}}})
+    core.patch_namespace(admission.covered, {"metadata": {"labels": {"gridloop.io/team": None}}})
     try:
-        assert "gridloop.io/team" not in (core.read_namespace(admission.team).metadata.labels or {})
+        assert "gridloop.io/team" not in (
+            core.read_namespace(admission.covered).metadata.labels or {}
+        )
         # the chart's teams are bound by their namespace's name, which nobody can change
         message = admission.refused(_pod())
         assert f"with binding '{admission.policy}' denied" in message
     finally:
-        core.patch_namespace(admission.team, {"metadata": {"labels": {"gridloop.io/team": "adm"}}})
+        core.patch_namespace(
+            admission.covered, {"metadata": {"labels": {"gridloop.io/team": "adm"}}}
+        )
 
 
 def test_another_namespace_labelled_as_a_teams_is_checked_too(
@@ -297,19 +230,19 @@ def test_a_queued_jobs_gpu_pod_comes_from_the_job_controller_and_is_admitted(
     batch = client.BatchV1Api(local_cluster.api)
     job = _job(labels={QUEUE_LABEL: "default"})
     name = job["metadata"]["name"]
-    batch.create_namespaced_job(admission.team, job)
+    batch.create_namespaced_job(admission.covered, job)
     try:
 
         def pod_made() -> bool:
             pods = local_cluster.core.list_namespaced_pod(
-                admission.team, label_selector=f"job-name={name}"
+                admission.covered, label_selector=f"job-name={name}"
             )
             return bool(pods.items)
 
         eventually(pod_made, "the job controller's GPU pod", 30)
         events = local_cluster.core.list_namespaced_event(
-            admission.team, field_selector=f"involvedObject.name={name}"
+            admission.covered, field_selector=f"involvedObject.name={name}"
         )
         assert not [e.message for e in events.items if e.reason == "FailedCreate"]
     finally:
-        batch.delete_namespaced_job(name, admission.team, propagation_policy="Background")
+        batch.delete_namespaced_job(name, admission.covered, propagation_policy="Background")

@@ -945,9 +945,10 @@ def test_sandbox_policy_allows_gvisor_and_kata_and_checks_each_escape(render: Re
         "hostPID",
         "hostIPC",
         "hostPath",
+        "capabilities",
     ):
         assert escape in messages
-    assert len(validations) == 6
+    assert len(validations) == 7
     selector = policy["spec"]["matchConstraints"]["namespaceSelector"]
     assert selector == {"matchLabels": {"gridloop.io/sandbox": "true"}}
 

@@ -1,0 +1,182 @@
+"""Sandbox namespaces run every pod under gVisor: the chart's sandbox-isolation policy
+against the ways around it the security review found (issue 36, item 4), and its one
+exception, the sandbox router under runc, held to the router exactly as the chart runs it.
+
+The chart's own policy, as `helm template` renders it, is applied to the real API server.
+Every request is a `kubectl create --dry-run=server` in a sandbox-labelled namespace whose
+Pod Security level is `privileged`, so Pod Security (which runs first, and at `baseline`
+refuses privileged pods and host namespaces on its own) cannot be what refuses; each
+refusal names the policy, and the same pod is admitted in a namespace of no sandbox.
+Each way around the exception is the chart's own router pod with one thing changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from admission_dry_runs import Admission, policy_in_force
+from chart_template import CHART, helm_template
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+# the control plane and kwok only: admission is the API server's
+pytestmark = [pytest.mark.cluster, pytest.mark.kwok_cluster]
+
+RELEASE = "sbxadm"
+GVISOR = "gvisor"
+NO_GVISOR = "must set spec.runtimeClassName to one of gvisor"
+
+
+@pytest.fixture(scope="module")
+def router_pod(tmp_path_factory) -> dict[str, Any]:
+    """The chart's router Deployment's pod, as a Pod (what its ReplicaSet creates)."""
+    docs = helm_template(
+        RELEASE,
+        "sbxadm-system",
+        tmp_path_factory.mktemp("helm-home"),
+        *("-f", str(CHART / "profiles" / "minimal.yaml")),
+        *("--show-only", "templates/sandboxes.yaml"),
+    )
+    (router, *_) = (
+        d for d in docs if d["kind"] == "Deployment" and "router" in d["metadata"]["name"]
+    )
+    template = router["spec"]["template"]
+    meta = {**template["metadata"], "name": "router"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
+
+
+@pytest.fixture(scope="module")
+def admission(local_cluster, tmp_path_factory) -> Iterator[Admission]:
+    docs = helm_template(
+        RELEASE,
+        "sbxadm-system",
+        tmp_path_factory.mktemp("helm-home"),
+        *("-f", str(CHART / "profiles" / "minimal.yaml")),
+        *("--show-only", "templates/policies.yaml"),
+    )
+    sandbox = [d for d in docs if d["metadata"]["name"].endswith("sandbox-isolation")]
+    node = client.NodeV1Api(local_cluster.api)
+    made = False
+    try:
+        node.read_runtime_class(GVISOR)
+    except ApiException as err:  # a pod naming a missing RuntimeClass is refused before
+        if err.status != 404:  # any policy looks
+            raise
+        node.create_runtime_class({"metadata": {"name": GVISOR}, "handler": "runsc"})
+        made = True
+    namespace = f"sbx-adm-{uuid.uuid4().hex[:5]}"
+    try:
+        with policy_in_force(
+            local_cluster,
+            docs=sandbox,
+            covered=namespace,
+            covered_labels={"gridloop.io/sandbox": "true"},
+            probe=_pod(runtime=None),
+        ) as ready:
+            yield ready
+    finally:
+        if made:
+            node.delete_runtime_class(GVISOR)
+
+
+def _pod(runtime: str | None = GVISOR, **spec: Any) -> dict[str, Any]:
+    container = {"name": "agent", "image": "busybox", "command": ["sleep", "3600"]}
+    body: dict[str, Any] = {"containers": [container], **spec}
+    if runtime:
+        body["runtimeClassName"] = runtime
+    name = f"agent-{uuid.uuid4().hex[:5]}"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body}
+
+
+def _with_container(pod: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    pod["spec"]["containers"][0].update(fields)
+    return pod
+
+
+ESCAPES = {
+    "no-runtime-class": (lambda: _pod(runtime=None), NO_GVISOR),
+    "privileged": (
+        lambda: _with_container(_pod(), securityContext={"privileged": True}),
+        "may not run privileged containers",
+    ),
+    "host-network": (lambda: _pod(hostNetwork=True), "(spec.hostNetwork)"),
+    "host-pid": (lambda: _pod(hostPID=True), "(spec.hostPID)"),
+    "host-ipc": (lambda: _pod(hostIPC=True), "(spec.hostIPC)"),
+    "host-path": (
+        lambda: _pod(volumes=[{"name": "host", "hostPath": {"path": "/"}}]),
+        "may not mount hostPath volumes",
+    ),
+    "added-capability": (
+        lambda: _with_container(_pod(), securityContext={"capabilities": {"add": ["NET_ADMIN"]}}),
+        "may not add Linux capabilities",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ESCAPES))
+def test_an_escaping_pod_is_refused_by_the_policy_not_by_pod_security(
+    admission: Admission, name: str
+) -> None:
+    make, message = ESCAPES[name]
+    assert message in admission.refused(make())
+    admission.admitted(make(), admission.plain)  # the policy is what refuses it
+
+
+def test_a_plain_pod_under_gvisor_is_admitted(admission: Admission) -> None:
+    admission.admitted(_pod())
+
+
+def test_the_charts_own_router_is_admitted_under_runc(
+    admission: Admission, router_pod: dict[str, Any]
+) -> None:
+    assert "runtimeClassName" not in router_pod["spec"]
+    admission.admitted(copy.deepcopy(router_pod))
+
+
+EXEC = {"exec": {"command": ["sh", "-c", "python -c 'import os; os.system(\"id\")'"]}}
+
+# the chart's router with one thing changed: each runs its author's code under runc
+ROUTER_BYPASSES = {
+    "own-command": lambda c, s: c.update(command=["sh"]),
+    "own-args": lambda c, s: c.update(args=["-c", "id"]),
+    "post-start-exec-hook": lambda c, s: c.update(lifecycle={"postStart": EXEC}),
+    "exec-liveness-probe": lambda c, s: c.update(livenessProbe=EXEC),
+    "exec-readiness-probe": lambda c, s: c.update(readinessProbe=EXEC),
+    "exec-startup-probe": lambda c, s: c.update(startupProbe=EXEC),
+    "pythonpath": lambda c, s: c["env"].append({"name": "PYTHONPATH", "value": "/code"}),
+    "ld-preload-from-a-config-map": lambda c, s: (
+        c["env"].append({"name": "LD_PRELOAD", "value": "/code/evil.so"}),
+        c["volumeMounts"].append({"name": "code", "mountPath": "/code"}),
+        s["volumes"].append({"name": "code", "configMap": {"name": "evil"}}),
+    ),
+    "a-setting-that-is-not-a-number": lambda c, s: c["env"].__setitem__(
+        0, {"name": c["env"][0]["name"], "value": "1; import os"}
+    ),
+    "env-from": lambda c, s: c.update(envFrom=[{"configMapRef": {"name": "evil"}}]),
+    "service-account-token": lambda c, s: s.pop("automountServiceAccountToken"),
+    "privilege-escalation": lambda c, s: c["securityContext"].update(allowPrivilegeEscalation=True),
+    "added-capability": lambda c, s: c["securityContext"].update(
+        capabilities={"add": ["SYS_PTRACE"]}
+    ),
+    "a-second-container": lambda c, s: s["containers"].append(
+        {"name": "sidecar", "image": "busybox", "command": ["sh"]}
+    ),
+    "an-init-container": lambda c, s: s.update(
+        initContainers=[{"name": "init", "image": "busybox", "command": ["sh"]}]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ROUTER_BYPASSES))
+def test_the_router_exception_holds_only_for_the_router_as_the_chart_runs_it(
+    admission: Admission, router_pod: dict[str, Any], name: str
+) -> None:
+    pod = copy.deepcopy(router_pod)
+    spec = pod["spec"]
+    ROUTER_BYPASSES[name](spec["containers"][0], spec)
+    assert NO_GVISOR in admission.refused(pod)
+    admission.admitted(copy.deepcopy(pod), admission.plain)
