@@ -297,6 +297,9 @@ def test_a_rayjob_with_a_cluster_selector_is_refused_by_kueues_webhook(
     assert "a kueue managed job should not use an existing cluster" in message
 
 
+GPU_LIMIT = {"limits": {"nvidia.com/gpu": "1"}}
+
+
 def gpu_rayjob(name: str, queue: str) -> dict:
     """A RayJob whose one worker asks for a node's 8 GPUs (the head asks for none). Its
     pods land on kwok's simulated GPU nodes: they are marked Running, nothing runs."""
@@ -346,6 +349,16 @@ def test_a_gpu_rayjob_goes_to_the_next_region_when_a_quarantine_lowers_the_quota
         log=print,
     )
     settle(service)
+    # a team's namespace, so the chart's GPU policy holds here: a GPU pod made directly is
+    # refused, and the GPU pods below are admitted for who makes them (the job controller,
+    # the chart's KubeRay: policies.gpuPodCreators)
+    core = local_cluster.core
+    core.patch_namespace(namespace, {"metadata": {"labels": {"gridloop.io/team": "rt"}}})
+    direct = {
+        "metadata": {"name": "direct"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": GPU_LIMIT}]},
+    }
+    assert "-gpu-jobs-queued" in refusal(lambda: core.create_namespaced_pod(namespace, direct))
     team = TeamQueues(local_cluster.api, namespace, f"rt{uuid.uuid4().hex[:4]}")
     try:
         team.create(QUOTA)
@@ -356,7 +369,6 @@ def test_a_gpu_rayjob_goes_to_the_next_region_when_a_quarantine_lowers_the_quota
             team.submit(name)
         placed = team.wait_placed(names)
         assert {p.flavor for p in placed.values()} == {team.flavor_of("us-east")}
-        core = local_cluster.core
         eventually(
             lambda: len([p for p in core.list_namespaced_pod(namespace).items
                          if p.spec.node_name]) == 6,
