@@ -32,17 +32,23 @@ NO_GVISOR = "must set spec.runtimeClassName to one of gvisor"
 
 
 @pytest.fixture(scope="module")
-def router_pod(tmp_path_factory) -> dict[str, Any]:
-    """The chart's router Deployment's pod, as a Pod (what its ReplicaSet creates)."""
-    docs = helm_template(
+def rendered(tmp_path_factory) -> list[dict[str, Any]]:
+    """The chart's sandbox objects and policies, one `helm template`."""
+    return helm_template(
         RELEASE,
         "sbxadm-system",
         tmp_path_factory.mktemp("helm-home"),
         *("-f", str(CHART / "profiles" / "minimal.yaml")),
         *("--show-only", "templates/sandboxes.yaml"),
+        *("--show-only", "templates/policies.yaml"),
     )
+
+
+@pytest.fixture(scope="module")
+def router_pod(rendered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chart's router Deployment's pod, as a Pod (what its ReplicaSet creates)."""
     (router, *_) = (
-        d for d in docs if d["kind"] == "Deployment" and "router" in d["metadata"]["name"]
+        d for d in rendered if d["kind"] == "Deployment" and "router" in d["metadata"]["name"]
     )
     template = router["spec"]["template"]
     meta = {**template["metadata"], "name": "router"}
@@ -50,14 +56,8 @@ def router_pod(tmp_path_factory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def admission(local_cluster, tmp_path_factory) -> Iterator[Admission]:
-    docs = helm_template(
-        RELEASE,
-        "sbxadm-system",
-        tmp_path_factory.mktemp("helm-home"),
-        *("-f", str(CHART / "profiles" / "minimal.yaml")),
-        *("--show-only", "templates/policies.yaml"),
-    )
+def admission(local_cluster, rendered: list[dict[str, Any]]) -> Iterator[Admission]:
+    docs = [d for d in rendered if d["kind"].startswith("ValidatingAdmissionPolicy")]
     sandbox = [d for d in docs if d["metadata"]["name"].endswith("sandbox-isolation")]
     node = client.NodeV1Api(local_cluster.api)
     made = False
