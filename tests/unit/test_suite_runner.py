@@ -108,3 +108,41 @@ def test_the_modules_that_run_the_heavy_images_come_after_the_rest_and_before_re
     first_heavy = min(order.index(m) for m in heavy)
     assert all(order.index(m) < first_heavy for m in rest)
     assert all(order.index(m) > first_heavy for m in restarts)
+
+
+def test_the_kwok_lane_builds_its_tools_then_runs_its_tests(tmp_path: Path) -> None:
+    log = tmp_path / "kwok.log"
+    with log.open("w") as out:
+        side = suite.Side(["echo", "built helm3"], ["echo", "2 passed"], {}, out)
+        side.start()
+        code = side.wait()
+
+    lines = log.read_text().splitlines()
+    assert code == 0
+    assert lines[0] == "built helm3" and lines[2] == "2 passed"
+    assert lines[1].startswith("the kwok lane's tools: ready in ")
+
+
+def test_when_the_kwok_lanes_tools_fail_to_build_its_tests_do_not_run(tmp_path: Path) -> None:
+    log = tmp_path / "kwok.log"
+    with log.open("w") as out:
+        side = suite.Side(["sh", "-c", "echo no compiler; exit 4"], ["echo", "ran"], {}, out)
+        side.start()
+        code = side.wait()
+
+    assert code == 4
+    assert log.read_text() == "no compiler\nthe kwok lane's tools failed to build (exit 4)\n"
+
+
+def test_the_container_lane_needs_none_of_the_tools_built_after_it_starts() -> None:
+    """Its build leaves out KWOK_LANE_TOOLS (they build beside it): a container lane test
+    that ran one would fail on a cold machine only."""
+    container = {t.split("::")[0] for t in _collected(suite.LANES[0].marks)}
+    built_first = suite.container_lane_recipes()
+
+    assert container
+    for module in container:
+        text = (REPO / module).read_text()
+        assert not [tool for tool in suite.KWOK_LANE_TOOLS if tool in text], module
+    assert not set(suite.KWOK_LANE_TOOLS) & set(built_first)
+    assert {"kubernetes", "kwok", "helm", "kueue", "pause"} <= set(built_first)
