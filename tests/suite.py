@@ -2,16 +2,13 @@
 
     python tests/suite.py [pytest args...]
 
-It builds every binary and image the container lane needs (`gridloop local build
-<recipes> images`: seconds when cached) and assembles the chart's bundle once (so no two
-lanes fetch it at once). What only the kwok lane runs (KWOK_LANE_TOOLS: Helm 3,
-kube-rbac-proxy, trivy-k8s-config; about 3.5 minutes cold) builds once the container lane
-has started, and the kwok lane starts after it: it is much the shorter lane, and the
-container lane leaves a core idle while it waits on pods. The heavy images (vLLM CPU, Ray,
-the trainer: `gridloop local build vllm-cpu ray trainer`) build beside the tests too, on
-the cores the waiting tests leave idle, instead of slowing the Go builds; the tests that
-run them come last and wait for them (`heavy_images`, tests/cluster/conftest.py). Then two
-pytest processes run side by side, each with the given arguments:
+It builds every binary and image the suite needs but the heavy ones (`gridloop local
+build`: seconds when cached) and assembles the chart's bundle once (so no two lanes fetch
+it at once). The heavy images (vLLM CPU, Ray, the trainer: `gridloop local build vllm-cpu
+ray trainer`) build beside the tests, on the cores the waiting tests leave idle, instead
+of slowing the Go builds; the tests that run them come last and wait for them
+(`heavy_images`, tests/cluster/conftest.py). Then two pytest processes run side by side,
+each with the given arguments:
 
 - the **container lane**: the cluster tests that need the container node (pods that
   really run: the chart's controllers, models, sandboxes, RayJobs), against the cluster
@@ -46,16 +43,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 BIN = Path(sys.executable).parent
 KWOK_BASE_PORT = "28400"
 # pytest's exit code when a lane's selection holds no test (a run of chosen files)
 NO_TESTS = 5
 HEAVY_IMAGES = ("vllm-cpu", "ray", "trainer")
-# recipes only the kwok lane's tests run (tests/unit's and test_health_prometheus_access's
-# needs_binaries): built beside the container lane, before the kwok lane starts
-KWOK_LANE_TOOLS = ("helm3", "kube-rbac-proxy", "trivy-k8s-config")
 # where the heavy images' build says it is done: `<log>.rc` holds its exit code
 HEAVY_BUILD_ENV = "GRIDLOOP_HEAVY_BUILD_LOG"
 
@@ -80,8 +74,7 @@ LANES = (
 def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     lanes = os.environ.get("GRIDLOOP_TEST_LANES") != "1"
-    # in lanes, the heavy images and the kwok lane's tools build beside the tests
-    what = [*container_lane_recipes(), "images"] if lanes else ["all"]
+    what = [] if lanes else ["all"]  # in lanes, the heavy images build beside the tests
     build = subprocess.run([str(BIN / "gridloop"), "local", "build", *what], check=False)
     if build.returncode == 0:
         with tempfile.TemporaryDirectory(prefix="gridloop-bundle-") as out:
@@ -115,38 +108,6 @@ def main(argv: list[str]) -> int:
     if failed:
         return failed[0]
     return NO_TESTS if all(c == NO_TESTS for c in codes) else 0
-
-
-class Side(threading.Thread):
-    """The kwok lane: its tools' build, then its pytest, one after the other; both write to
-    `out`. A failed build is the lane's exit code, and then its tests do not run."""
-
-    def __init__(self, build: list[str], tests: list[str], env: dict[str, str], out: IO[str]):
-        super().__init__(daemon=True)
-        self.build, self.tests, self.env, self.out = build, tests, env, out
-        self.code = 0
-
-    def run(self) -> None:
-        t0 = time.monotonic()
-        self.code = self._run(self.build)
-        if self.code != 0:
-            self._say(f"the kwok lane's tools failed to build (exit {self.code})")
-            return
-        self._say(f"the kwok lane's tools: ready in {time.monotonic() - t0:.0f}s")
-        self.code = self._run(self.tests)
-
-    def _run(self, argv: list[str]) -> int:
-        return subprocess.run(
-            argv, env=self.env, stdout=self.out, stderr=subprocess.STDOUT, check=False
-        ).returncode
-
-    def _say(self, line: str) -> None:
-        self.out.write(line + "\n")
-        self.out.flush()
-
-    def wait(self) -> int:
-        self.join()
-        return self.code
 
 
 @dataclass
@@ -194,13 +155,6 @@ class Heavy:
         return code
 
 
-def container_lane_recipes() -> list[str]:
-    """Every recipe but the kwok lane's tools, in the build's own order."""
-    from gridloop.local.build.recipes import RECIPES
-
-    return [r.name for r in RECIPES if r.name not in KWOK_LANE_TOOLS]
-
-
 def _pytest(work: Path, name: str, argv: list[str]) -> list[str]:
     return [str(BIN / "pytest"), f"--basetemp={work / name}", *argv]
 
@@ -219,12 +173,14 @@ def _lanes(work: Path, argv: list[str]) -> tuple[list[int], list[dict[str, Any]]
     container, kwok = LANES
     log = work / "kwok.log"
     kwok_env = _env(work, kwok.name, kwok.env)
-    # its own cache folder: two runs writing .pytest_cache at once could tear a file
-    kwok_argv = _pytest(work, kwok.name, ["-m", kwok.marks, "-o", f"cache_dir={work}/cache", *argv])
-    tools = [str(BIN / "gridloop"), "local", "build", *KWOK_LANE_TOOLS]
     with log.open("w") as out:
-        side = Side(tools, kwok_argv, kwok_env, out)
-        side.start()
+        side = subprocess.Popen(
+            # its own cache folder: two runs writing .pytest_cache at once could tear a file
+            _pytest(work, kwok.name, ["-m", kwok.marks, "-o", f"cache_dir={work}/cache", *argv]),
+            env=kwok_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         env = _env(work, container.name, container.env)
         print(f"== {container.name} lane (the kwok lane's output follows when both end) ==")
         sys.stdout.flush()
