@@ -43,6 +43,12 @@ def put_back(core: client.CoreV1Api) -> None:
 
 def fault_free(service: HealthService) -> bool:
     """Whether a dry-run twin of `service` sees nothing to do now (nothing is acted on)."""
+    return not still_to_do(service)
+
+
+def still_to_do(service: HealthService) -> str:
+    """What a dry-run twin of `service` would do now, in one line ('' when nothing): what
+    a wait for a fault-free fleet names when it gives up."""
     twin = HealthService(
         service.core.api_client,
         service.prom,
@@ -51,4 +57,9 @@ def fault_free(service: HealthService) -> bool:
         log=lambda _m: None,
     )
     report = twin.cycle()
-    return report.held is None and not report.outcomes
+    said = [repr(o.action)[:200] for o in report.outcomes[:5]]
+    if len(report.outcomes) > 5:
+        said.append(f"... {len(report.outcomes) - 5} more")
+    if report.held is not None:
+        said.append(f"held: {report.held}")
+    return "; ".join(said)

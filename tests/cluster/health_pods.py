@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fleet_reset import fault_free, put_back
+from fleet_reset import put_back, still_to_do
 from kubernetes import client
 from platform_install import GRIDLOOP, NAMESPACE, RELEASE, Installed, installed_platform
 
@@ -47,9 +47,9 @@ def settle(local_cluster, timeout: float = 90) -> None:
     prom = connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
     service = HealthService(local_cluster.api, prom, policy, "default", log=lambda _m: None)
     deadline = time.monotonic() + timeout
-    while not fault_free(service):
+    while to_do := still_to_do(service):
         if time.monotonic() > deadline:
-            pytest.fail(f"the fleet still shows faults after {timeout:.0f}s")
+            pytest.fail(f"the fleet still shows faults after {timeout:.0f}s: {to_do}")
         time.sleep(1)
 
 

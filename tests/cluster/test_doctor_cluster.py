@@ -19,6 +19,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from gridloop import versions
 from gridloop.bundle import bundling
 from gridloop.chart import objects, rendering
 
@@ -74,7 +75,8 @@ def test_the_local_cluster_is_ready_for_the_local_profile(setup: Setup) -> None:
     # the four GPU pools and the container node's CPU pool
     assert found["gpu-labels"]["detail"] == "every one of 5 Kueue flavors has nodes"
     # no Kueue runs beside the control plane: the chart brings its own, as a pod
-    assert found["kueue"]["detail"] == "installed by this chart (Kueue v0.17.1)"
+    kueue = versions.get("kueue").version
+    assert found["kueue"]["detail"] == f"installed by this chart (Kueue {kueue})"
 
 
 def test_the_table_shows_each_check_with_a_mark_and_a_summary(setup: Setup) -> None:

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from platform_install import KEPT_NAMESPACES, remove_kept_namespaces
 
+from gridloop import versions
 from wheel_venv import REPO, install_wheel
 
 pytestmark = pytest.mark.cluster
@@ -88,7 +89,8 @@ def test_doctor_assembles_the_bundle_and_passes_the_local_profile(user: User) ->
     assert f"assembling the bundle for gridloop 0.1.0 in {user.home}/.cache/gridloop" in (
         result.stderr
     )
-    assert "✓ kueue v0.17.1                rendered" in result.stderr  # from the proxy
+    kueue = f"kueue {versions.get('kueue').version}"
+    assert f"✓ {kueue:<28} rendered" in result.stderr  # from the proxy
     assert "kubectl              v1.35.4 (within one minor of the server)" in result.stdout
     assert " 0 fail" in result.stdout
 

@@ -246,7 +246,7 @@ def refusal(create: Callable[[], object]) -> str:
 def test_a_rayjob_without_a_queue_label_goes_to_the_teams_default_queue(
     training, local_cluster, eventually
 ) -> None:
-    """Kueue v0.17 defaults a job's queue to the namespace's LocalQueue "default"
+    """Kueue (since v0.17) defaults a job's queue to the namespace's LocalQueue "default"
     (LocalQueueDefaulting, GA and locked on), and the chart makes one in each team
     namespace: an unlabelled RayJob there is queued, not run past the quota, and the
     admission policy, which runs after Kueue's mutating webhook, sees it labelled."""

@@ -10,15 +10,14 @@ kubelet reports the host's cores), after every other test but the node-loss one,
 uses the same two nodes (the `restarts_cluster` marker, cluster_restarts.py).
 
 Kueue's own `ray-job-sample` is not here: its site/ folder, where that sample lives, is
-not in Kueue's Go module (v0.17.1's zip has apis, charts, cmd, config, ... and no site/),
+not in Kueue's Go module (v0.19.2's zip has apis, charts, cmd, config, ... and no site/),
 and copying it into this repository is not allowed; docs/training.md says so.
 
-The sample leaves its submitter to KubeRay's default, and Kueue v0.17.1 gives the admitted
-flavor's nodeSelector only to a `submitterPodTemplate` the RayJob has (with none, it edits
-a default template that is thrown away: kubernetes-sigs/kueue#12567). So the submitter
-goes where any pod that selects nothing and asks for no GPU goes: the local cluster's GPU
-nodes are tainted `nvidia.com/gpu=present:NoSchedule`, as a cloud's GPU pools are, and
-the container nodes are not, so it lands on a container node and the sample completes.
+The sample leaves its submitter to KubeRay's default. Kueue v0.17 gave the admitted
+flavor's nodeSelector only to a `submitterPodTemplate` the RayJob has
+(kubernetes-sigs/kueue#12567); since v0.18 (#12644) it gives it to KubeRay's default
+submitter too, so the submitter goes to the container nodes (the `system` flavor) with the
+head and the worker, and the sample completes.
 Its driver prints the Ray cluster's resources once a second for 600 s; the test watches
 the first ten of those lines and deletes the RayJob.
 """
@@ -113,9 +112,9 @@ def test_kuberays_kueue_sample_is_admitted_whole_and_runs_on_the_container_nodes
             ]
 
         (submitter,) = eventually(submitter_pods, "the sample's submitter pod to be placed", 120)
-        # KubeRay's default submitter got nothing from the flavor (Kueue's bug), and lands on
-        # a container node anyway: the simulated GPU nodes are tainted
-        assert "gridloop.io/pool" not in (submitter.spec.node_selector or {})
+        # KubeRay's default submitter gets the flavor's selector too (Kueue since v0.18,
+        # kubernetes-sigs/kueue#12644; v0.17 gave it nothing)
+        assert (submitter.spec.node_selector or {}).get("gridloop.io/pool") == "system"
         assert submitter.spec.node_name in CONTAINER_NODES, submitter.spec.node_name
 
         # the driver runs: it prints the Ray cluster's resources once a second (for 600 s:

@@ -227,7 +227,7 @@ def test_a_bad_mirror_file_names_the_component_and_the_file(tmp_path: Path) -> N
             )
         )
 
-    assert str(caught.value).startswith("kuberay v1.6.1: ")
+    assert str(caught.value).startswith(f"kuberay {versions.get('kuberay').version}: ")
     assert "c-broken.yaml" in str(caught.value) and "invalid YAML" in str(caught.value)
     assert not (tmp_path / "dist").exists(), "nothing is written when a component fails"
 
@@ -338,7 +338,10 @@ def test_the_command_reports_each_component_and_what_it_wrote(tmp_path: Path, gr
     )
 
     assert result.returncode == 0, result.stderr
-    assert "  ✓ kueue v0.17.1" in result.stdout and "mirror (3 objects)" in result.stdout
+    assert (
+        f"  ✓ kueue {versions.get('kueue').version}" in result.stdout
+        and "mirror (3 objects)" in result.stdout
+    )
     assert f"wrote {out / 'gridloop'} (chart 0.3.0, 4 upstream components)" in result.stdout
     assert f"wrote {out / 'images.txt'} (5 images)" in result.stdout
 

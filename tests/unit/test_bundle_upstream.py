@@ -191,9 +191,13 @@ def test_images_txt_lists_every_operator(bundled: bundling.Result) -> None:
     listed = Path(bundled.images_file).read_text().splitlines()
 
     assert listed == sorted(listed)
-    assert "registry.k8s.io/kueue/kueue:v0.17.1" in listed
-    assert "quay.io/kuberay/operator:v1.6.1" in listed
-    assert "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v0.2.1" in listed
+    pinned = {name: versions.get(name).version for name in ("kueue", "kuberay", "agent-sandbox")}
+    assert f"registry.k8s.io/kueue/kueue:{pinned['kueue']}" in listed
+    assert f"quay.io/kuberay/operator:{pinned['kuberay']}" in listed
+    assert (
+        f"registry.k8s.io/agent-sandbox/agent-sandbox-controller:{pinned['agent-sandbox']}"
+        in listed
+    )
 
 
 def test_a_release_file_the_module_lacks_is_one_line_naming_it(tmp_path: Path) -> None:

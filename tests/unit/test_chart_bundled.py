@@ -154,10 +154,17 @@ def test_kueue_runs_with_the_integrations_and_metrics_values_name(
     assert narrowed["metrics"]["enableClusterQueueResources"] is False
 
 
-def test_wait_for_pods_ready_is_off_by_default_and_on_as_values_say(
+def test_wait_for_pods_ready_is_on_by_default_as_in_kueue_and_as_values_say(
     bundled: Path, tmp_path: Path
 ) -> None:
-    assert "waitForPodsReady" not in kueue_config(render(bundled, tmp_path))
+    default = kueue_config(render(bundled, tmp_path))
+    assert default["waitForPodsReady"] == {"timeout": "30m", "blockAdmission": False}
+    assert "featureGates" not in default
+
+    # Kueue v0.19 turns it on when the block is absent: off is its own feature gate
+    off = kueue_config(render(bundled, tmp_path, "kueue.waitForPodsReady.enabled=false"))
+    assert "waitForPodsReady" not in off
+    assert off["featureGates"] == {"DisableWaitForPodsReady": True}
 
     local = f"--values={bundled / 'profiles' / 'local.yaml'}"
     on = kueue_config(render(bundled, tmp_path, namespace=NAMESPACE, extra=(local,)))

@@ -155,7 +155,7 @@ def exposed_names() -> set[str]:
 
 
 KUEUE_METRICS = {
-    # Kueue v0.17.1's pkg/metrics/metrics.go (the real controller runs in the local cluster)
+    # Kueue v0.19.2's pkg/metrics/metrics.go (the real controller runs in the local cluster)
     "kueue_pending_workloads",
     "kueue_admitted_workloads_total",
     "kueue_evicted_workloads_total",

@@ -2,8 +2,9 @@
 Kueue's controller configuration, the ConfigMap kueue-manager-config its Deployment
 mounts. `gridloop bundle` keeps upstream's copy as a base
 (upstream/kueue/bases/configmap-kueue-manager-config.yaml) instead of emitting it; this
-renders it with what values decide: integrations.frameworks from kueue.integrations and
-metrics.enableClusterQueueResources from kueue.metrics. The rest (ports, leader election,
+renders it with what values decide: integrations.frameworks from kueue.integrations,
+metrics.enableClusterQueueResources from kueue.metrics and waitForPodsReady (or, when
+off, Kueue's DisableWaitForPodsReady gate) from kueue.waitForPodsReady. The rest (ports, leader election,
 concurrency) stays upstream's, so it matches upstream's Deployment at the pinned version.
 Empty when the chart has no Kueue manifests at all (templates/upstream.yaml says so).
 */}}
@@ -27,7 +28,11 @@ Empty when the chart has no Kueue manifests at all (templates/upstream.yaml says
 {{- if $wait.enabled -}}
 {{- $_ = set $config "waitForPodsReady" (dict "timeout" $wait.timeout "blockAdmission" $wait.blockAdmission) -}}
 {{- else -}}
+{{- /* Kueue turns it on even without the block (since v0.19): only its gate turns it off */ -}}
 {{- $_ = unset $config "waitForPodsReady" -}}
+{{- $gates := $config.featureGates | default dict -}}
+{{- $_ = set $gates "DisableWaitForPodsReady" true -}}
+{{- $_ = set $config "featureGates" $gates -}}
 {{- end -}}
 {{- $_ = unset $base "data" -}}
 {{- toYaml $base }}

@@ -100,7 +100,7 @@ SOURCES: tuple[Source, ...] = (
         component="kuberay",
         kind=Kind.GO_MODULE,
         kustomize="config/default",
-        # No batch-scheduler flag for Kueue: in v1.6.1 `--batch-scheduler` accepts only
+        # No batch-scheduler flag for Kueue: in v1.6.2 `--batch-scheduler` accepts only
         # volcano, yunikorn, scheduler-plugins and kai-scheduler and refuses anything
         # else at start-up. Kueue works through `spec.suspend` and the
         # kueue.x-k8s.io/queue-name label, which needs nothing from the operator; the

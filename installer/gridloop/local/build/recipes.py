@@ -100,7 +100,7 @@ def _kubernetes_ldflags(comp: Component) -> list[str]:
 # management off: its certificates come from gridloop's local CA, for 127.0.0.1. Upstream
 # then reads the metrics certificate from /etc/kueue/metrics/certs and the visibility
 # server's from /visibility, where its Deployment mounts Secrets; no flag or config field
-# moves them in v0.17.1. gridloop writes neither into /etc nor into /, so the build makes
+# moves them in v0.19.2. gridloop writes neither into /etc nor into /, so the build makes
 # both directories settable by environment variable, with upstream's path as the fallback
 # (without the variable the binary behaves as upstream's). Turning internal certificate
 # management on would avoid the patch for metrics only: its webhook certificate names the

@@ -1,7 +1,7 @@
 """The images the local cluster builds, one row each (pure).
 
 A row names the image exactly as a cluster pulls it (`registry.k8s.io/pause:3.10.1`,
-`registry.k8s.io/kueue/kueue:v0.17.1`: the bundle's pins): containerd on the container
+`registry.k8s.io/kueue/kueue:v0.19.2`: the bundle's pins): containerd on the container
 nodes takes those registries from the local one (container/configs.registry_hosts), so
 nothing is renamed for the local cluster. Each row is built `FROM scratch` out of files
 from the build cache (static programs built from their Go modules), so no base image is
