@@ -42,15 +42,12 @@ def test_ports_checked_before_up_include_kueues_only_when_it_runs() -> None:
     assert set(without) == {"etcd", "etcd (peer)", "prometheus"}
 
 
-def test_kueue_command_line_names_its_config_kubeconfig_and_visibility_port() -> None:
+def test_kueue_command_line_names_its_config_and_kubeconfig_only() -> None:
+    """Every listener, the visibility server's included, is in the config: Kueue v0.18
+    removed --visibility-server-port, and the controller refuses it at start-up."""
     argv = flags.kueue(Path("/bin/kueue"), Ports.from_base(BASE), Path("/k"), Path("/c.yaml"))
 
-    assert argv == [
-        "/bin/kueue",
-        "--config=/c.yaml",
-        "--kubeconfig=/k",
-        f"--visibility-server-port={BASE + 11}",
-    ]
+    assert argv == ["/bin/kueue", "--config=/c.yaml", "--kubeconfig=/k"]
 
 
 def test_kueue_reads_metrics_and_visibility_certificates_from_the_given_folder() -> None:

@@ -205,7 +205,7 @@ def test_controller_config_puts_every_listener_on_loopback_with_its_own_port() -
         "enableClusterQueueResources": True,
     }
     assert config["health"] == {"healthProbeBindAddress": "127.0.0.1:41008"}
-    assert config["visibilityServer"] == {"bindAddress": "127.0.0.1"}
+    assert config["visibilityServer"] == {"bindAddress": "127.0.0.1", "bindPort": 41011}
 
 
 def test_controller_config_uses_gridloop_certificates_one_replica_and_queue_named_jobs() -> None:

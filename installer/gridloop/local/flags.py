@@ -231,13 +231,9 @@ def prometheus(
 
 
 def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[str]:
-    """Kueue's controller manager; its listeners are set in `config` (kueue_manifests.py)."""
-    return [
-        str(binary),
-        f"--config={config}",
-        f"--kubeconfig={kubeconfig}",
-        f"--visibility-server-port={ports.kueue_visibility}",
-    ]
+    """Kueue's controller manager; its listeners are set in `config` (kueue_manifests.py),
+    the visibility server's port too (Kueue v0.18 removed --visibility-server-port)."""
+    return [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}"]
 
 
 def agent_sandbox(binary: Path, ports: Ports, kubeconfig: Path) -> list[str]:

@@ -163,8 +163,8 @@ def controller_config(ports: Ports, cert_dir: str, frameworks: Iterable[str]) ->
         },
         "health": {"healthProbeBindAddress": f"{LOOPBACK}:{ports.kueue}"},
         "leaderElection": {"leaderElect": False},
-        # its port comes from --visibility-server-port; upstream binds every interface
-        "visibilityServer": {"bindAddress": LOOPBACK},
+        # upstream binds every interface
+        "visibilityServer": {"bindAddress": LOOPBACK, "bindPort": ports.kueue_visibility},
         "integrations": {"frameworks": list(frameworks)},
     }
 
