@@ -45,7 +45,7 @@ def test_ports_checked_before_up_include_kueues_only_when_it_runs() -> None:
 def test_kueue_command_line_names_its_config_and_kubeconfig_only() -> None:
     """Every listener, the visibility server's included, is in the config: Kueue v0.18
     removed --visibility-server-port, and the controller refuses it at start-up."""
-    argv = flags.kueue(Path("/bin/kueue"), Ports.from_base(BASE), Path("/k"), Path("/c.yaml"))
+    argv = flags.kueue(Path("/bin/kueue"), Path("/k"), Path("/c.yaml"))
 
     assert argv == ["/bin/kueue", "--config=/c.yaml", "--kubeconfig=/k"]
 

@@ -230,7 +230,7 @@ def prometheus(
     ]
 
 
-def kueue(binary: Path, ports: Ports, kubeconfig: Path, config: Path) -> list[str]:
+def kueue(binary: Path, kubeconfig: Path, config: Path) -> list[str]:
     """Kueue's controller manager; its listeners are set in `config` (kueue_manifests.py),
     the visibility server's port too (Kueue v0.18 removed --visibility-server-port)."""
     return [str(binary), f"--config={config}", f"--kubeconfig={kubeconfig}"]

@@ -85,7 +85,7 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
             return flags.agent_sandbox(binaries[AGENT_SANDBOX_BINARY], ports, state.kubeconfig)
         case "kueue":
             return flags.kueue(
-                binaries[name], ports, pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
+                binaries[name], pki / "kueue.kubeconfig", state.dir / "kueue" / "config.yaml"
             )
         case "kube-proxy":
             fleet, first = _first_node(state)
