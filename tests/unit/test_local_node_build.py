@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,14 @@ from gridloop.errors import BuildError
 from gridloop.local.build import building
 from gridloop.local.build.overlays import SourcePatch, apply_patch
 from gridloop.local.build.recipes import (
+    COREDNS_MAIN,
+    COREDNS_PLUGINS,
     GVISOR_PATCHES,
     PAUSE_MAKEFILE,
     PAUSE_SOURCE,
     recipe_for,
 )
+from gridloop.local.container import addons
 
 
 def module_dir(component: str) -> Path | None:
@@ -160,3 +164,28 @@ def test_go_builds_collect_less_often_within_a_memory_limit_unless_the_user_chos
     monkeypatch.setenv("GOMEMLIMIT", "1GiB")
     env = building._go_env(tmp_path)
     assert (env["GOGC"], env["GOMEMLIMIT"]) == ("50", "1GiB")
+
+
+# --- CoreDNS: only the plugins the local Corefile uses ---
+
+
+def test_coredns_is_built_with_every_plugin_the_local_corefile_uses_and_no_other() -> None:
+    corefile = addons.corefile("10.200.0.1", Path("/state/kubeconfig"), 1, 2)
+    server = corefile.split("{", 1)[1]
+    used = {
+        line.split()[0]
+        for line in server.splitlines()
+        if line.startswith("    ") and not line.startswith("        ") and line.strip() != "}"
+    }
+    assert used == set(COREDNS_PLUGINS)
+    recipe = recipe_for("coredns")
+    assert recipe.mains == {"coredns": COREDNS_MAIN} and not recipe.binaries
+    imported = re.findall(r'_ "github.com/coredns/coredns/plugin/(\w+)"', COREDNS_MAIN)
+    assert imported == list(COREDNS_PLUGINS)
+    assert "core/plugin" not in COREDNS_MAIN  # upstream's every-plugin list
+
+
+def test_each_chosen_coredns_plugin_is_a_package_of_the_pinned_module() -> None:
+    folder = pinned("coredns")
+    for name in COREDNS_PLUGINS:
+        assert (folder / "plugin" / name / "setup.go").is_file(), name

@@ -138,6 +138,10 @@ def link_tools(recipe: Recipe, comp: Component) -> None:
 # the machine's memory. The binaries are the same either way. A GOGC or GOMEMLIMIT the
 # user set is kept.
 GOGC = "400"
+# `-ldflags -w` drops the debug information at link time, so the compiler need not make
+# it either: the binaries are the same, a cold compile a little shorter (kube-apiserver
+# from an empty GOCACHE: 200 s against 208 s, its cache 1.8 GB against 2.1 GB, 2026-12-06)
+NO_DWARF = "-gcflags=all=-dwarf=false"
 
 
 def _go_env(folder: Path) -> dict[str, str]:
@@ -213,7 +217,7 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         report(Progress(comp.name, comp.version, name, "building", log=log))
         start = time.monotonic()
         tmp = bindir / f".{name}.tmp"
-        cmd = [go, "build", "-trimpath", "-o", str(tmp)]
+        cmd = [go, "build", "-trimpath", NO_DWARF, "-o", str(tmp)]
         if recipe.tags:
             cmd += ["-tags", ",".join(recipe.tags)]
         if overlay:
