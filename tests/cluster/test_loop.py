@@ -331,6 +331,9 @@ def test_a_revision_whose_weights_do_not_load_stops_at_the_candidate_and_nothing
     assert bad.returncode == 1, out
     assert f"train: s3://models/tiny/{run}-1/ is already trained" in out, out
     assert "iteration 1: stopped: candidate: gridloop upgrade failed:" in out, out
+    # its first crash says why (config.json is not JSON): the wait ends there, not at 60 s
+    assert "given up before the 60s timeout" in out, out
+    assert f"the files at s3://models/tiny/{run}-1/ are not a model the server loads" in out, out
     assert f"tiny still serves {revision}" in out, out
     assert "cleanup: tiny-candidate removed" in out, out
     assert served_root(url) == served

@@ -123,6 +123,22 @@ def test_an_unknown_crash_quotes_the_last_error_line_of_the_log():
     assert len(rollouts.explain(long, "s3://m/")) == rollouts.LINE
 
 
+def test_files_that_are_not_a_model_are_named_by_their_folder_and_quoted():
+    # transformers 5.19's words for a config.json that does not parse (vLLM 0.32 reads it so)
+    log = (
+        "Traceback (most recent call last):\n"
+        "OSError: It looks like the config file at '/home/vllm/.cache/vllm/assets/"
+        "model_streamer/1f2e/config.json' is not a valid JSON file.\n"
+    )
+    [why] = [rollouts.pod_reason(pod("r2", **crashing(log, restarts=0)), "s3://m/r2/")]
+    assert why.startswith("the files at s3://m/r2/ are not a model the server loads: OSError:")
+    assert why.endswith("is not a valid JSON file. (CrashLoopBackOff, 0 restarts)")
+    header = "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge"
+    assert rollouts.explain(header, "s3://m/r3/") == (
+        f"the files at s3://m/r3/ are not a model the server loads: {header}"
+    )
+
+
 def test_a_missing_secret_and_a_pull_failure_say_the_kubelets_words():
     config = {"reason": "CreateContainerConfigError", "message": 'secret "keys" not found'}
     pull = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x"'}
@@ -246,6 +262,9 @@ def test_a_wait_gives_up_only_on_what_no_restart_fixes() -> None:
     assert hopeless(**crashing(NO_FILES, restarts=0))
     assert hopeless(**crashing("ClientError: (SignatureDoesNotMatch)", restarts=0))
     assert hopeless(**crashing("botocore: NoSuchBucket", restarts=0))
+    # ... or files there that are not a model: a restart reads the same files again
+    assert hopeless(**crashing("json.decoder.JSONDecodeError: Expecting value", restarts=0))
+    assert hopeless(**crashing("SafetensorError: Error while deserializing header", restarts=0))
     # an unknown crash: once may be bad luck, twice in a row is not
     assert not hopeless(**crashing("RuntimeError: out of cheese", restarts=1))
     assert hopeless(**crashing("RuntimeError: out of cheese", restarts=rollouts.CRASHES))

@@ -49,6 +49,11 @@ _NO_WEIGHTS = (
     "NoSuchKey",
 )
 _NO_BUCKET = re.compile(r"\bNoSuchBucket\b")
+# files that are there but are not a model: a config.json that is not JSON (transformers'
+# words, or json's own when vLLM reads it), weights whose safetensors header does not parse
+_BROKEN_WEIGHTS = re.compile(
+    r"is not a valid JSON file|JSONDecodeError|Error while deserializing header|SafetensorError"
+)
 # waiting reasons no retry clears: the pod spec itself is wrong
 _WRONG_SPEC = {"InvalidImageName", "CreateContainerConfigError"}
 # a pull the registry answered "no such image" (containerd: `...: <ref>: not found`;
@@ -156,9 +161,14 @@ def explain(message: str, where: str) -> str:
     if _NO_BUCKET.search(message):
         return f"no such bucket for {where}"
     lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if broken := [line for line in lines if _BROKEN_WEIGHTS.search(line)]:
+        return f"the files at {where} are not a model the server loads: {_cut(broken[-1])}"
     errors = [line for line in lines if _ERROR_LINE.search(line)]
-    last = (errors or lines or ["exited with no log"])[-1]
-    return last if len(last) <= LINE else last[: LINE - 1] + "…"
+    return _cut((errors or lines or ["exited with no log"])[-1])
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LINE else line[: LINE - 1] + "…"
 
 
 def pod_reason(pod: Mapping[str, Any], where: str) -> str:
@@ -204,7 +214,8 @@ def _no_image(waiting: Mapping[str, Any]) -> bool:
 def certain(pod: Mapping[str, Any]) -> bool:
     """The pod will not become ready until something is changed: a waiting reason that
     names its spec, an image the registry says it does not have, a crashed server whose
-    log names a cause no restart fixes (weights missing, keys refused, no bucket), or a
+    log names a cause no restart fixes (weights missing or not a model, keys refused, no
+    bucket), or a
     crash after CRASHES restarts. An install's wait
     ends on it at once rather than at its deadline (chart/waiting.py)."""
     for c in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -218,7 +229,8 @@ def certain(pod: Mapping[str, Any]) -> bool:
             continue
         message = str(crashed.get("message") or "")
         known = any(s in message for s in _NO_WEIGHTS) or _REFUSED.search(message)
-        if known or _NO_BUCKET.search(message) or int(c.get("restartCount") or 0) >= CRASHES:
+        known = known or _NO_BUCKET.search(message) or _BROKEN_WEIGHTS.search(message)
+        if known or int(c.get("restartCount") or 0) >= CRASHES:
             return True
     return False
 
