@@ -124,7 +124,7 @@ def test_an_unknown_crash_quotes_the_last_error_line_of_the_log():
 
 
 def test_files_that_are_not_a_model_are_named_by_their_folder_and_quoted():
-    # transformers 5.19's words for a config.json that does not parse (vLLM 0.32 reads it so)
+    # transformers 5.19's words for a config.json that does not parse (configuration_utils)
     log = (
         "Traceback (most recent call last):\n"
         "OSError: It looks like the config file at '/home/vllm/.cache/vllm/assets/"
