@@ -3,6 +3,7 @@ two lanes that split the tests without losing one, and no retries anywhere."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import tomllib
@@ -32,14 +33,20 @@ def test_a_lane_that_wrote_no_figures_still_gives_a_line() -> None:
     )
 
 
-def _collected(marks: str) -> set[str]:
+@functools.cache
+def _in_order(marks: str) -> tuple[str, ...]:
+    """The tests `pytest -m marks` runs, in its order (each selection collected once)."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
          "-m", marks, str(REPO / "tests")],
         capture_output=True, text=True, cwd=REPO, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line for line in done.stdout.splitlines() if "::" in line}
+    return tuple(line for line in done.stdout.splitlines() if "::" in line)
+
+
+def _collected(marks: str) -> set[str]:
+    return set(_in_order(marks))
 
 
 def test_the_two_lanes_split_the_suite_and_lose_no_test() -> None:
@@ -90,13 +97,7 @@ def test_the_heavy_images_build_says_when_it_is_done_and_how_it_ended(
 
 
 def test_the_modules_that_run_the_heavy_images_come_after_the_rest_and_before_restarts() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "-m", suite.LANES[0].marks, str(REPO / "tests")],
-        capture_output=True, text=True, cwd=REPO, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-2000:]
-    order = list(dict.fromkeys(t.split("::")[0] for t in done.stdout.splitlines() if "::" in t))
+    order = list(dict.fromkeys(t.split("::")[0] for t in _in_order(suite.LANES[0].marks)))
 
     def uses(module: str, text: str) -> bool:
         return text in (REPO / module).read_text()
