@@ -215,9 +215,8 @@ def certain(pod: Mapping[str, Any]) -> bool:
     """The pod will not become ready until something is changed: a waiting reason that
     names its spec, an image the registry says it does not have, a crashed server whose
     log names a cause no restart fixes (weights missing or not a model, keys refused, no
-    bucket), or a
-    crash after CRASHES restarts. An install's wait
-    ends on it at once rather than at its deadline (chart/waiting.py)."""
+    bucket), or a crash after CRASHES restarts. An install's wait ends on it at once
+    rather than at its deadline (chart/waiting.py)."""
     for c in (pod.get("status") or {}).get("containerStatuses") or []:
         state = c.get("state") or {}
         waiting = state.get("waiting") or {}
@@ -228,11 +227,16 @@ def certain(pod: Mapping[str, Any]) -> bool:
         if not crashed.get("exitCode"):
             continue
         message = str(crashed.get("message") or "")
-        known = any(s in message for s in _NO_WEIGHTS) or _REFUSED.search(message)
-        known = known or _NO_BUCKET.search(message) or _BROKEN_WEIGHTS.search(message)
-        if known or int(c.get("restartCount") or 0) >= CRASHES:
+        if _named_cause(message) or int(c.get("restartCount") or 0) >= CRASHES:
             return True
     return False
+
+
+def _named_cause(message: str) -> bool:
+    """A crashed server's log names one of the causes `explain` words (none a restart fixes)."""
+    return any(s in message for s in _NO_WEIGHTS) or any(
+        p.search(message) for p in (_REFUSED, _NO_BUCKET, _BROKEN_WEIGHTS)
+    )
 
 
 def _deadline(deployment: Mapping[str, Any]) -> str:
