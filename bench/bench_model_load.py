@@ -15,7 +15,10 @@ registry (`gridloop local build vllm-cpu`). The model is `gridloop models make -
    - streamer: the chart's pod as is (`--load-format runai_streamer`, s3://...);
    - download: an init container (the same image) copies the files with boto3 (16
      threads, as the streamer's concurrency) into an emptyDir, then vLLM loads them from
-     there with its default safetensors loader.
+     there with its default safetensors loader;
+   - multiproc (only with `--sides`): the chart's pod with VLLM_ENABLE_V1_MULTIPROCESSING=1,
+     vLLM's default: the model in a worker process of its own, where the image runs it in
+     the engine-core process.
    Timed from the create call to the pod's Ready condition as the API reports it (polled
    every 0.2 s), alternating A B A B after one untimed start (the image onto the node).
    Each side also reports the load itself (from vLLM's "Starting to load model" to the
@@ -30,6 +33,8 @@ registry (`gridloop local build vllm-cpu`). The model is `gridloop models make -
    the store's raw read rate over the pod network, the limit here. Alternating.
 
     .venv/bin/python bench/bench_model_load.py --state-dir /tmp/tstate [--rounds 3]
+    .venv/bin/python bench/bench_model_load.py --state-dir /tmp/tstate --size tiny \
+        --sides streamer multiproc --rounds 5 --reads 0
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ NS = object_store.RELEASE_NAMESPACE
 BUCKET = "models"
 CONCURRENCY = 16
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+SIDES = ("streamer", "download", "multiproc")
 PART = 8 << 20
 UPSTREAM = ("health", "kueue", "kuberay", "agentSandbox", "kaito")
 
@@ -199,6 +205,8 @@ class Bench:
         for probe in ("startupProbe", "readinessProbe"):
             server[probe]["periodSeconds"] = 1
             server[probe]["failureThreshold"] = 1800 if probe == "startupProbe" else 3
+        if side == "multiproc":
+            server["env"].append({"name": "VLLM_ENABLE_V1_MULTIPROCESSING", "value": "1"})
         if side == "download":
             args = server["args"]
             assert args[0] == self.uri, args
@@ -344,7 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--size", default="1g", choices=("tiny", "1g"))
     parser.add_argument("--rounds", type=int, default=3, help="starts of each side")
-    parser.add_argument("--reads", type=int, default=3, help="reads of each reader")
+    parser.add_argument(
+        "--sides", nargs="+", choices=SIDES, default=["streamer", "download"],
+        help="the starts to alternate; the first is the one the others are divided by",
+    )  # fmt: skip
+    parser.add_argument("--reads", type=int, default=3, help="reads of each reader (0: none)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -359,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     say("an untimed start (the image onto the node)")
     bench.start("streamer")
-    starts: dict[str, list[dict[str, Any]]] = {"streamer": [], "download": []}
+    starts: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for i in range(args.rounds):
-        for side in ("streamer", "download"):
+        for side in args.sides:
             starts[side].append(got := bench.start(side))
             say(f"round {i + 1} {side}: {got}")
     result["start_to_ready"] = {
@@ -375,26 +387,32 @@ def main(argv: list[str] | None = None) -> int:
         }
         for side, runs in starts.items()
     }
-    a, b = (result["start_to_ready"][s]["median_ready_s"] for s in ("download", "streamer"))
-    result["download_over_streamer"] = round(a / b, 2)
-    pod = bench.reader_pod()
-    try:
-        reads: dict[str, list[float]] = {"streamer": [], "raw": []}
-        bench.read_once(pod, "raw")  # untimed: the store's files into its page cache
-        for i in range(args.reads):
-            for which in ("streamer", "raw"):
-                got = bench.read_once(pod, which)
-                reads[which].append(got["bytes"] / got["seconds"] / 2**20)
-                say(f"read {i + 1} {which}: {got}")
-        result["read_mib_s"] = {w: {"runs": [round(x) for x in r], "median": median(r)}
-                                for w, r in reads.items()}  # fmt: skip
-    finally:
-        bench.core.delete_namespaced_pod(pod, NS, grace_period_seconds=0)
+    first, *others = args.sides
+    for side in others:
+        a, b = (result["start_to_ready"][s]["median_ready_s"] for s in (side, first))
+        result[f"{side}_over_{first}"] = round(a / b, 2)
+    if args.reads:
+        result["read_mib_s"] = read_throughput(bench, args.reads, say)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
     return 0
+
+
+def read_throughput(bench: Bench, rounds: int, say: Any) -> dict[str, Any]:
+    pod = bench.reader_pod()
+    try:
+        reads: dict[str, list[float]] = {"streamer": [], "raw": []}
+        bench.read_once(pod, "raw")  # untimed: the store's files into its page cache
+        for i in range(rounds):
+            for which in ("streamer", "raw"):
+                got = bench.read_once(pod, which)
+                reads[which].append(got["bytes"] / got["seconds"] / 2**20)
+                say(f"read {i + 1} {which}: {got}")
+        return {w: {"runs": [round(x) for x in r], "median": median(r)} for w, r in reads.items()}
+    finally:
+        bench.core.delete_namespaced_pod(pod, NS, grace_period_seconds=0)
 
 
 if __name__ == "__main__":
