@@ -9,10 +9,12 @@ import time
 from typing import Any
 
 import yaml
+from container_pods import pod_spec
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from examples import example
+from gridloop import versions
 
 EXAMPLE = example("training/rayjob.yaml")
 TEAM_NAMESPACE = "team-default"  # the local profile's one team
@@ -147,3 +149,64 @@ def submitter_log(api: client.ApiClient, namespace: str, name: str) -> str:
         namespace, label_selector=f"batch.kubernetes.io/job-name={name}"
     ).items
     return "\n".join(str(core.read_namespaced_pod_log(p.metadata.name, namespace)) for p in pods)
+
+
+# run in a pod of the team's namespace: what its caller gets from the head's dashboard and
+# Jobs API (8265) and its Ray client port (10001), with RAY_AUTH_TOKEN if it has one. The
+# client port is called with gRPC directly (the PING the Ray client starts with), as
+# `ray.init("ray://...")` retries for half a minute and then names no cause.
+PROBE = """
+import os, sys, urllib.error, urllib.request, uuid
+import grpc
+from ray.core.generated import ray_client_pb2 as pb, ray_client_pb2_grpc as rpc
+host, token = sys.argv[1], os.environ.get("RAY_AUTH_TOKEN")
+bearer = [("authorization", f"Bearer {token}")] if token else []
+request = urllib.request.Request(f"http://{host}:8265/api/jobs/", headers=dict(bearer))
+try:
+    with urllib.request.urlopen(request, timeout=20) as answer:
+        print(f"8265: {answer.status}")
+except urllib.error.HTTPError as err:
+    print(f"8265: {err.code} {err.read().decode()[:120]}")
+except OSError as err:
+    print(f"8265: unreachable: {err}")
+stub = rpc.RayletDriverStub(grpc.insecure_channel(f"{host}:10001"))
+ping = pb.ClusterInfoRequest(type=pb.ClusterInfoType.PING)
+try:
+    stub.ClusterInfo(ping, timeout=20, metadata=[("client_id", uuid.uuid4().hex), *bearer])
+    print("10001: answered")
+except grpc.RpcError as err:
+    print(f"10001: {err.code().name} {(err.details() or '')[:120]}")
+"""
+
+
+def probe_head(api: client.ApiClient, namespace: str, name: str, timeout: float = 120) -> list[str]:
+    """PROBE against the head of RayJob `name`'s cluster from two pods of the Ray image in
+    `namespace`, side by side: a plain one (nothing mounted, no token), and one given the
+    token from KubeRay's Secret for the cluster (named after it, key `auth_token`) as the
+    job's own pods get it. Their outputs, in that order."""
+    cluster = rayjob(api, namespace, name)["status"]["rayClusterName"]
+    core = client.CoreV1Api(api)
+    secret = {"secretKeyRef": {"name": cluster, "key": "auth_token"}}
+    names = []
+    for side, env in (("plain", []), ("token", [{"name": "RAY_AUTH_TOKEN", "valueFrom": secret}])):
+        body = pod_spec(
+            f"ray-probe-{side}-{cluster}"[:63], ["python", "-c", PROBE, f"{cluster}-head-svc"]
+        )
+        (container,) = body["spec"]["containers"]
+        container["image"] = versions.get("ray").image_ref
+        container["securityContext"]["runAsUser"] = 1000
+        container["env"] = env
+        names.append(core.create_namespaced_pod(namespace, body).metadata.name)
+    try:
+        deadline = time.monotonic() + timeout
+        for pod in names:
+            while core.read_namespaced_pod(pod, namespace).status.phase not in (
+                "Succeeded",
+                "Failed",
+            ):
+                assert time.monotonic() < deadline, f"{pod} did not end in {timeout:.0f} s"
+                time.sleep(1)
+        return [str(core.read_namespaced_pod_log(pod, namespace)) for pod in names]
+    finally:
+        for pod in names:
+            core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 
 import boto3
+import container_pods
 import pytest
 import ray_jobs
 from kubernetes.client.rest import ApiException
@@ -70,6 +71,11 @@ def job_status(api, name: str) -> str:
     return str(ray_jobs.rayjob(api, NS, name).get("status", {}).get("jobStatus", ""))
 
 
+def deployment_status(api, name: str) -> str:
+    """KubeRay's phase of the RayJob (Initializing, Running, Complete, ...)."""
+    return str(ray_jobs.rayjob(api, NS, name).get("status", {}).get("jobDeploymentStatus", ""))
+
+
 def wait_done(api, eventually, name: str, timeout: float, seen: dict[str, str]) -> str:
     """Wait for the RayJob's driver to end; `seen` collects its pods' nodes meanwhile."""
 
@@ -106,10 +112,29 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
             "cpu": {"system"},
             "submitter": {"system"},
         }
+        # the head wants the cluster's token: a plain pod beside it gets neither the Jobs
+        # API nor the Ray client port; a pod given the token gets both (the cluster stays
+        # up 30 s after the job ends)
+        eventually(
+            lambda: deployment_status(api, name) in ("Running", "Complete"),
+            "the RayJob's cluster to run the job",
+            FIRST_START_S,
+        )
+        plain, with_token = ray_jobs.probe_head(api, NS, name)
+        assert "8265: 401 Unauthorized: Missing authentication token" in plain, plain
+        assert "10001: UNAUTHENTICATED" in plain, plain
+        assert "8265: 200" in with_token and "10001: answered" in with_token, with_token
         seen: dict[str, str] = {}
         status = wait_done(api, eventually, name, FIRST_START_S, seen)
         log = ray_jobs.submitter_log(api, NS, name)
         assert status == "SUCCEEDED", log[-3000:]
+        # the job's pods run as the namespace's default ServiceAccount, unmounted: it reads
+        # no Secret (KubeRay's token Secret included)
+        can = container_pods.kubectl(
+            local_cluster, "auth", "can-i", "get", "secrets", "-n", NS,
+            f"--as=system:serviceaccount:{NS}:default",
+        )  # fmt: skip
+        assert can.stdout.strip() == "no", (can.stdout, can.stderr)
 
         head = [p for p in seen if "-head-" in p]
         workers = [p for p in seen if "-cpu-" in p]

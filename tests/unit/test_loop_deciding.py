@@ -113,6 +113,22 @@ def test_the_training_rayjob_is_queued_on_the_cpu_pool_with_the_trainer_image() 
     assert submitter["image"] == versions.get("ray").image_ref
 
 
+def test_the_training_rayjobs_head_wants_a_token_and_its_pods_run_unprivileged() -> None:
+    spec = training_job.ray_job(job())["spec"]
+    cluster = spec["rayClusterSpec"]
+
+    assert cluster["authOptions"] == {"mode": "token"}
+    pods = [cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]]
+    for pod in [*pods, spec["submitterPodTemplate"]]:
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        (container,) = pod["spec"]["containers"]
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+
+
 def test_the_program_ships_in_the_jobs_config_map() -> None:
     cm = training_job.config_map(job())
     assert cm["metadata"]["name"] == "loop-demo-2"

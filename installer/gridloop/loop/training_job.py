@@ -7,7 +7,9 @@ team namespace, labelled with the team's LocalQueue so Kueue admits the three to
 against the team's quota or not at all. The head and the worker run gridloop's trainer
 image (Ray and torch); the submitter only runs ``ray job submit``, so it gets the plain
 Ray image of the same Ray version. Both read the object store's keys from a Secret and
-its endpoint from the environment, as the training example does (examples/training).
+its endpoint from the environment, as the training example does (examples/training). As
+there, the Ray cluster wants the token KubeRay makes for it, and every pod runs
+unprivileged (docs/security.md, "Ray heads want their cluster's token").
 
 The job's name is the run's and the iteration's (``loop-<run>-<n>``), so a re-run finds the
 job of its iteration instead of starting another one.
@@ -26,6 +28,15 @@ MOUNT = "/home/ray/loop"
 POOL = {names.POOL_LABEL: "system"}
 RUN_LABEL = "gridloop.io/loop-run"
 ITERATION_LABEL = "gridloop.io/loop-iteration"
+# Ray's token authentication (Ray 2.52, KubeRay 1.5 and later): KubeRay makes a Secret
+# holding a random token for the job's cluster and gives it to the head, the worker and
+# the submitter; the dashboard and Jobs API (8265), the client port (10001) and the GCS
+# refuse a caller without it.
+AUTH = {"mode": "token"}
+# Every pod: the images' own non-root user, no service account token (nothing in the job
+# talks to the API server), no privilege escalation, no capability.
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 @dataclass(frozen=True)
@@ -89,18 +100,23 @@ def _container(job: TrainingJob, name: str, cpu: tuple[str, str], memory: str) -
             "limits": {"cpu": cpu[1], "memory": memory},
         },
         "volumeMounts": [{"name": "program", "mountPath": MOUNT}],
+        "securityContext": dict(CONTAINER_SECURITY),
+    }
+
+
+def _spec(container: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {
+        "nodeSelector": dict(POOL),
+        "automountServiceAccountToken": False,
+        "securityContext": dict(POD_SECURITY),
+        "containers": [container],
+        **more,
     }
 
 
 def _pod(job: TrainingJob, container: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "metadata": {"labels": job.labels()},
-        "spec": {
-            "nodeSelector": dict(POOL),
-            "containers": [container],
-            "volumes": [{"name": "program", "configMap": {"name": job.name}}],
-        },
-    }
+    volumes = [{"name": "program", "configMap": {"name": job.name}}]
+    return {"metadata": {"labels": job.labels()}, "spec": _spec(container, volumes=volumes)}
 
 
 def ray_job(job: TrainingJob) -> dict[str, Any]:
@@ -122,6 +138,7 @@ def ray_job(job: TrainingJob) -> dict[str, Any]:
             "requests": {"cpu": "200m", "memory": "256Mi"},
             "limits": {"cpu": "1", "memory": "512Mi"},
         },
+        "securityContext": dict(CONTAINER_SECURITY),
     }
     return {
         "apiVersion": "ray.io/v1",
@@ -139,14 +156,11 @@ def ray_job(job: TrainingJob) -> dict[str, Any]:
             # written out so Kueue places it (kubernetes-sigs/kueue#12567, see the example)
             "submitterPodTemplate": {
                 "metadata": {"labels": job.labels()},
-                "spec": {
-                    "nodeSelector": dict(POOL),
-                    "restartPolicy": "Never",
-                    "containers": [submitter],
-                },
+                "spec": _spec(submitter, restartPolicy="Never"),
             },
             "rayClusterSpec": {
                 "rayVersion": ray.version,
+                "authOptions": dict(AUTH),
                 "headGroupSpec": {
                     "rayStartParams": {"num-cpus": "0", "object-store-memory": "100000000"},
                     "template": _pod(job, head),
