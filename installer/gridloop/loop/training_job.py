@@ -30,8 +30,8 @@ RUN_LABEL = "gridloop.io/loop-run"
 ITERATION_LABEL = "gridloop.io/loop-iteration"
 # Ray's token authentication (Ray 2.52, KubeRay 1.5 and later): KubeRay makes a Secret
 # holding a random token for the job's cluster and gives it to the head, the worker and
-# the submitter; the dashboard and Jobs API (8265), the client port (10001) and the GCS
-# refuse a caller without it.
+# the submitter; the dashboard and Jobs API (8265) and the Ray client port (10001) refuse
+# a caller without it.
 AUTH = {"mode": "token"}
 # Every pod: the images' own non-root user, no service account token (nothing in the job
 # talks to the API server), no privilege escalation, no capability.
