@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import yaml
-from container_pods import pod_spec
+from container_pods import phase, pod_spec
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -200,10 +200,7 @@ def probe_head(api: client.ApiClient, namespace: str, name: str, timeout: float 
     try:
         deadline = time.monotonic() + timeout
         for pod in names:
-            while core.read_namespaced_pod(pod, namespace).status.phase not in (
-                "Succeeded",
-                "Failed",
-            ):
+            while phase(core, namespace, pod) not in ("Succeeded", "Failed"):
                 assert time.monotonic() < deadline, f"{pod} did not end in {timeout:.0f} s"
                 time.sleep(1)
         return [str(core.read_namespaced_pod_log(pod, namespace)) for pod in names]
