@@ -20,6 +20,7 @@ EXAMPLE = example("training/rayjob.yaml")
 TEAM_NAMESPACE = "team-default"  # the local profile's one team
 RAY = ("ray.io", "v1")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
+RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
 
 Doc = dict[str, Any]
 
@@ -151,8 +152,9 @@ def submitter_log(api: client.ApiClient, namespace: str, name: str) -> str:
     return "\n".join(str(core.read_namespaced_pod_log(p.metadata.name, namespace)) for p in pods)
 
 
-# run in a pod of the team's namespace: what its caller gets from the head's dashboard and
-# Jobs API (8265) and its Ray client port (10001), with RAY_AUTH_TOKEN if it has one. The
+# run in a pod: what its caller gets from the head's dashboard and Jobs API (8265) and its
+# Ray client port (10001), with RAY_AUTH_TOKEN if it has one (10 s for each: a port the
+# team's NetworkPolicy closes answers nothing, its packets are dropped). The
 # client port is called with gRPC directly (the PING the Ray client starts with), as
 # `ray.init("ray://...")` retries for half a minute and then names no cause.
 PROBE = """
@@ -163,7 +165,7 @@ host, token = sys.argv[1], os.environ.get("RAY_AUTH_TOKEN")
 bearer = [("authorization", f"Bearer {token}")] if token else []
 request = urllib.request.Request(f"http://{host}:8265/api/jobs/", headers=dict(bearer))
 try:
-    with urllib.request.urlopen(request, timeout=20) as answer:
+    with urllib.request.urlopen(request, timeout=10) as answer:
         print(f"8265: {answer.status}")
 except urllib.error.HTTPError as err:
     print(f"8265: {err.code} {err.read().decode()[:120]}")
@@ -172,38 +174,43 @@ except OSError as err:
 stub = rpc.RayletDriverStub(grpc.insecure_channel(f"{host}:10001"))
 ping = pb.ClusterInfoRequest(type=pb.ClusterInfoType.PING)
 try:
-    stub.ClusterInfo(ping, timeout=20, metadata=[("client_id", uuid.uuid4().hex), *bearer])
+    stub.ClusterInfo(ping, timeout=10, metadata=[("client_id", uuid.uuid4().hex), *bearer])
     print("10001: answered")
 except grpc.RpcError as err:
     print(f"10001: {err.code().name} {(err.details() or '')[:120]}")
 """
 
 
-def probe_head(api: client.ApiClient, namespace: str, name: str, timeout: float = 120) -> list[str]:
-    """PROBE against the head of RayJob `name`'s cluster from two pods of the Ray image in
-    `namespace`, side by side: a plain one (nothing mounted, no token), and one given the
+def probe_head(
+    api: client.ApiClient, namespace: str, name: str, outside: str, timeout: float = 120
+) -> list[str]:
+    """PROBE against the head of RayJob `name`'s cluster from three pods of the Ray image,
+    side by side: in `namespace`, a plain one (nothing mounted, no token) and one given the
     token from KubeRay's Secret for the cluster (named after it, key `auth_token`) as the
-    job's own pods get it. Their outputs, in that order."""
+    job's own pods get it; and a plain one in the namespace `outside`. Their outputs, in
+    that order."""
     cluster = rayjob(api, namespace, name)["status"]["rayClusterName"]
     core = client.CoreV1Api(api)
     secret = {"secretKeyRef": {"name": cluster, "key": "auth_token"}}
-    names = []
-    for side, env in (("plain", []), ("token", [{"name": "RAY_AUTH_TOKEN", "valueFrom": secret}])):
-        body = pod_spec(
-            f"ray-probe-{side}-{cluster}"[:63], ["python", "-c", PROBE, f"{cluster}-head-svc"]
-        )
+    head = f"{cluster}-head-svc.{namespace}.svc"
+    token = [{"name": "RAY_AUTH_TOKEN", "valueFrom": secret}]
+    pods = []
+    sides = (("plain", namespace, []), ("token", namespace, token), ("outside", outside, []))
+    for side, where, env in sides:
+        body = pod_spec(f"ray-probe-{side}-{cluster}"[:63], ["python", "-c", PROBE, head])
         (container,) = body["spec"]["containers"]
         container["image"] = versions.get("ray").image_ref
-        container["securityContext"]["runAsUser"] = 1000
+        # as Pod Security `restricted` (the team namespace's level) wants
+        container["securityContext"].update(runAsUser=1000, seccompProfile=RUNTIME_DEFAULT)
         container["env"] = env
-        names.append(core.create_namespaced_pod(namespace, body).metadata.name)
+        pods.append((where, core.create_namespaced_pod(where, body).metadata.name))
     try:
         deadline = time.monotonic() + timeout
-        for pod in names:
-            while phase(core, namespace, pod) not in ("Succeeded", "Failed"):
+        for where, pod in pods:
+            while phase(core, where, pod) not in ("Succeeded", "Failed"):
                 assert time.monotonic() < deadline, f"{pod} did not end in {timeout:.0f} s"
                 time.sleep(1)
-        return [str(core.read_namespaced_pod_log(pod, namespace)) for pod in names]
+        return [str(core.read_namespaced_pod_log(pod, where)) for where, pod in pods]
     finally:
-        for pod in names:
-            core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
+        for where, pod in pods:
+            core.delete_namespaced_pod(pod, where, grace_period_seconds=0)

@@ -19,7 +19,7 @@ The scenario, in order (a few minutes):
    which evicts its workloads.
 
 Metric sources: DCGM from the simulated exporters (dcgm-exporter's names and labels),
-Kueue v0.17.1's real controller, the real health service; vLLM, the agent-sandbox
+Kueue's real controller, the real health service; vLLM, the agent-sandbox
 controller and kube-state-metrics are simulated (gridloop.sim.workloads), with their
 upstream metric names, types and labels, because neither runs here.
 """

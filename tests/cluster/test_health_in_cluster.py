@@ -280,6 +280,8 @@ def forged(local_cluster) -> Iterator[str]:
     victim, core = "eu-west-h100-003", local_cluster.core
     pod = pod_spec("forged-dcgm", ["sh", "-c", FORGED.format(node=victim)])
     pod["metadata"]["labels"] = {"app": "forged-dcgm"}
+    # Pod Security `restricted`, the team namespace's level, wants the runtime's seccomp
+    pod["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {"type": "RuntimeDefault"}
     pod["spec"]["restartPolicy"] = "Always"
     pod["spec"]["volumes"] = [{"name": "www", "emptyDir": {}}]
     pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "www", "mountPath": "/www"}]

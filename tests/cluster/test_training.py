@@ -16,7 +16,7 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import boto3
 import container_pods
@@ -89,8 +89,19 @@ def wait_done(api, eventually, name: str, timeout: float, seen: dict[str, str]) 
     return str(eventually(ended, f"RayJob {name} to end", timeout))
 
 
+@pytest.fixture
+def outsider(local_cluster) -> Iterator[str]:
+    """A namespace of no team, labelled by nothing: where another tenant's pod would be."""
+    name = f"outsider-{uuid.uuid4().hex[:5]}"
+    local_cluster.core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        local_cluster.core.delete_namespace(name)
+
+
 def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
-    training, local_cluster, eventually, s3
+    training, local_cluster, eventually, s3, outsider
 ) -> None:
     api = local_cluster.api
     config_map, job = ray_jobs.example()
@@ -120,10 +131,13 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
             "the RayJob's cluster to run the job",
             FIRST_START_S,
         )
-        plain, with_token = ray_jobs.probe_head(api, NS, name)
+        plain, with_token, outside = ray_jobs.probe_head(api, NS, name, outsider)
         assert "8265: 401 Unauthorized: Missing authentication token" in plain, plain
         assert "10001: UNAUTHENTICATED" in plain, plain
         assert "8265: 200" in with_token and "10001: answered" in with_token, with_token
+        # and from another namespace, the team's NetworkPolicy drops the packets: no answer
+        assert "8265: unreachable: timed out" in outside, outside
+        assert "10001: DEADLINE_EXCEEDED" in outside, outside
         seen: dict[str, str] = {}
         status = wait_done(api, eventually, name, FIRST_START_S, seen)
         log = ray_jobs.submitter_log(api, NS, name)
@@ -169,6 +183,21 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
         )
     finally:
         ray_jobs.delete_rayjob(api, NS, name)
+
+
+def test_a_team_namespace_admits_only_pods_that_run_unprivileged(training, local_cluster) -> None:
+    core = local_cluster.core
+    # as the example's RayJob runs its pods: non-root, no escalation, no capability, seccomp
+    fine = container_pods.pod_spec("unprivileged", ["true"])
+    fine["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {"type": "RuntimeDefault"}
+    core.create_namespaced_pod(NS, fine, dry_run="All")
+
+    bare = container_pods.pod_spec("as-root", ["true"])
+    del bare["spec"]["containers"][0]["securityContext"]
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(NS, bare, dry_run="All")
+    assert refused.value.status == 403
+    assert 'violates PodSecurity "restricted:latest"' in refused.value.body, refused.value.body
 
 
 def test_a_second_rayjob_waits_whole_until_the_first_finishes(
