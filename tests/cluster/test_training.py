@@ -340,6 +340,23 @@ def test_a_rayjob_without_a_queue_in_a_team_namespace_is_refused_by_the_policy(
     ) in message
 
 
+@pytest.mark.parametrize("kind", ["RayJob", "RayCluster"])
+def test_a_ray_cluster_without_the_token_is_refused_by_the_policy(
+    training, local_cluster, kind
+) -> None:
+    _, job = ray_jobs.example()
+    del job["spec"]["rayClusterSpec"]["authOptions"]
+    doc = job if kind == "RayJob" else {
+        "apiVersion": job["apiVersion"], "kind": "RayCluster",
+        "metadata": {"name": "open", "labels": job["metadata"]["labels"]},
+        "spec": job["spec"]["rayClusterSpec"],
+    }  # fmt: skip
+    message = refusal(lambda: ray_jobs.apply(local_cluster.api, NS, doc))
+    assert "ValidatingAdmissionPolicy 'gridloop-itest-ray-token-auth'" in message, message
+    spec = "RayJob's spec.rayClusterSpec" if kind == "RayJob" else "RayCluster's spec"
+    assert f"set authOptions: {{mode: token}} in the {spec}" in message, message
+
+
 def test_a_rayjob_with_a_cluster_selector_is_refused_by_kueues_webhook(
     training, local_cluster
 ) -> None:
@@ -372,6 +389,7 @@ def gpu_rayjob(name: str, queue: str) -> dict:
             "shutdownAfterJobFinishes": True,
             "rayClusterSpec": {
                 "rayVersion": "2.52.0",
+                "authOptions": {"mode": "token"},  # the chart's ray-token-auth policy
                 "headGroupSpec": {"rayStartParams": {}, "template": {"spec": pod}},
                 "workerGroupSpecs": [
                     {

@@ -40,7 +40,16 @@ pytestmark = [*cluster_restarts.MARKS, pytest.mark.usefixtures("heavy_images")]
 
 NS = ray_jobs.TEAM_NAMESPACE
 SAMPLE = "config/samples/ray-job.kueue-toy-sample.yaml"
-LEAN = ("health.enabled=false", "agentSandbox.enabled=false")
+# the sample sets no securityContext and no authOptions: Pod Security `restricted`, the
+# team namespaces' default, would refuse its pods, and the chart's ray-token-auth policy
+# the RayJob, so its team runs at `baseline` and without that policy, as a team running
+# upstream's samples unchanged would set them
+LEAN = (
+    "health.enabled=false",
+    "agentSandbox.enabled=false",
+    "kueue.teamNamespaces.podSecurity=baseline",
+    "policies.rayTokenAuth=false",
+)
 CONTAINER_NODES = {"system-000", "system-001"}
 ITERATIONS = 10  # of the sample's loop: range(600) with a one-second sleep
 

@@ -200,6 +200,8 @@ def test_local_profile_runs_the_controllers_on_the_container_nodes_and_leaves_ou
         "gridloop-sandbox-isolation",
         "gridloop-gpu-jobs-queued",
         "gridloop-gpu-jobs-queued-labelled",
+        "gridloop-ray-token-auth",
+        "gridloop-ray-token-auth-labelled",
         "gridloop-health-node-fields",
     }
     # KubeRay creates the Ray clusters' GPU pods: the GPU policy admits its ServiceAccount

@@ -106,3 +106,26 @@ def test_an_unknown_level_fails_naming_the_field(render_error: Callable[..., str
     error = render_error(sets=("kueue.teamNamespaces.podSecurity=strict",))
     assert "/kueue/teamNamespaces/podSecurity" in error, error
     assert len([line for line in error.splitlines() if "teamNamespaces" in line]) == 1, error
+
+
+def test_ray_clusters_there_must_want_the_token_unless_turned_off(
+    render: Render, tmp_path: Path
+) -> None:
+    docs = render(values_file(tmp_path, TWO_TEAMS))
+    policy = named(docs, "ValidatingAdmissionPolicy", "gridloop-ray-token-auth")
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["ray.io"], ["rayjobs", "rayclusters"])
+    # bound as the GPU policy is: the teams by name, and any other namespace labelled a team's
+    by_name = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-ray-token-auth")
+    (names,) = by_name["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert names == {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "In",
+        "values": ["team-a", "team-b"],
+    }
+    labelled = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-ray-token-auth-labelled")
+    selector = labelled["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert selector[0] == {"key": "gridloop.io/team", "operator": "Exists"}
+
+    off = render(values_file(tmp_path, TWO_TEAMS), sets=("policies.rayTokenAuth=false",))
+    assert not [d for d in off if "ray-token-auth" in d["metadata"]["name"]]
