@@ -183,6 +183,17 @@ def gridloop() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_gridloop
 
 
+@pytest.fixture(scope="session")
+def bundled_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart as `gridloop bundle` writes it (KAITO left out: it cannot be fetched
+    here), made once per run for every test that only reads it."""
+    from gridloop.bundle import bundling
+
+    out, chart = tmp_path_factory.mktemp("bundled") / "dist", REPO / "charts" / "gridloop"
+    request = bundling.Request(out=out, chart=chart, skip=frozenset({"kaito"}))
+    return bundling.bundle(request).folder
+
+
 Eventually = Callable[..., object]
 
 

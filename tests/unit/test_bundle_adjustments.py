@@ -190,3 +190,45 @@ def test_the_flag_the_charts_objects_need_is_on_or_the_bundle_fails(
     else:
         with pytest.raises(ManifestProblem, match="without --extensions, which the chart"):
             adjustments.check_flag(docs, "d", "c", "--extensions", "where")
+
+
+# --- a securityContext where upstream ships none ---
+
+
+def test_a_controller_shipped_without_a_security_context_gets_a_locked_down_one() -> None:
+    bare = _workload("agent-sandbox-controller", "c", initContainers=[{"name": "i"}])
+    original = copy.deepcopy(bare)
+
+    (locked,) = adjustments.locked_down([bare])
+
+    pod = _pod(locked)
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    for container in [*pod["containers"], *pod["initContainers"]]:
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
+    assert bare == original  # the input is left alone
+
+
+def test_upstreams_own_security_context_is_kept_as_it_is() -> None:
+    own = {"runAsUser": 1000}  # less than the defaults: upstream's choice, not the bundle's
+    doc = _workload("kueue", "manager", securityContext=own)
+    _pod(doc)["containers"][0]["securityContext"] = {"readOnlyRootFilesystem": False}
+
+    (kept,) = adjustments.locked_down([doc])
+
+    assert _pod(kept)["securityContext"] == own
+    assert _pod(kept)["containers"][0]["securityContext"] == {"readOnlyRootFilesystem": False}
+
+
+def test_every_origin_gets_it_mirrors_included() -> None:
+    name = "agent-sandbox-controller"
+    controller = _workload(name, name)
+    _pod(controller)["containers"][0]["args"] = ["--extensions"]
+    (integrated,) = adjustments.integrate(source_for("agent-sandbox"), [controller])
+    assert _pod(integrated)["securityContext"]["runAsNonRoot"] is True

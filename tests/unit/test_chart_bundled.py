@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_files import CHART, PROFILE_NAMES
+from chart_files import PROFILE_NAMES
 
-from gridloop.bundle import bundling
 from gridloop.errors import BuildError
 from gridloop.local.build.building import binary
 
@@ -38,10 +37,9 @@ def _helm(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def bundled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("bundled")
-    request = bundling.Request(out=tmp / "dist", chart=CHART, skip=frozenset({"kaito"}))
-    return bundling.bundle(request).folder
+def bundled(bundled_chart: Path) -> Path:
+    """tests/conftest.py's bundle of charts/gridloop, shared by the modules that read it."""
+    return bundled_chart
 
 
 def helm(*args: str, home: Path, name: str = "helm") -> subprocess.CompletedProcess[str]:

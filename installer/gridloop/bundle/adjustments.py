@@ -11,6 +11,7 @@ a mirror is the upstream release copied for a machine that cannot download
 it, and without these edits it would not work with the chart. What only the
 release knows (its namespace, a checksum) is written as a
 placeholder that templates/upstream.yaml fills in; PLACEHOLDERS lists them.
+A controller upstream ships with no securityContext gets a locked-down one.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def pin(source: Source, comp: Component, docs: list[Doc]) -> list[Doc]:
 
 def integrate(source: Source, docs: list[Doc]) -> list[Doc]:
     """`docs` with every edit that ties `source`'s component to the chart."""
+    docs = locked_down(docs)
     if source.release_namespace_from:
         docs = into_release_namespace(docs, source.release_namespace_from)
     for kind, name in source.chart_rendered:
@@ -52,6 +54,35 @@ def integrate(source: Source, docs: list[Doc]) -> list[Doc]:
     if source.needs_flag is not None:
         check_flag(docs, *source.needs_flag, source.needs_flag_from)
     return docs
+
+
+# What a controller's pod and containers get where upstream sets no securityContext at all
+# (agent-sandbox v0.2.1's controller, for one): Pod Security `restricted` and the read-only
+# root Trivy's checks want. Upstream's own settings, where it has any, are kept as they are.
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def locked_down(docs: list[Doc]) -> list[Doc]:
+    """Workloads whose pod or containers set no securityContext, given the defaults above."""
+    out: list[Doc] = []
+    for doc in docs:
+        pod = _pod(doc) if doc.get("kind") in _TEMPLATE_KINDS else {}
+        bare = "securityContext" not in pod or any(
+            "securityContext" not in c for c in _containers(pod)
+        )
+        if pod and bare:
+            doc = copy.deepcopy(doc)
+            pod = _pod(doc)
+            pod.setdefault("securityContext", copy.deepcopy(POD_SECURITY))
+            for container in _containers(pod):
+                container.setdefault("securityContext", copy.deepcopy(CONTAINER_SECURITY))
+        out.append(doc)
+    return out
 
 
 def check_flag(docs: list[Doc], deployment: str, container: str, flag: str, where: str) -> None:
@@ -167,6 +198,10 @@ def _mounts(doc: Doc, config_map: str) -> bool:
 def _pod(doc: Doc) -> dict[str, Any]:
     pod = ((doc.get("spec") or {}).get("template") or {}).get("spec")
     return pod if isinstance(pod, dict) else {}
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]
 
 
 def _container(doc: Doc, name: str) -> dict[str, Any]:
