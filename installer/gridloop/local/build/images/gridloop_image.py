@@ -5,8 +5,10 @@ Debian's packages: debootstrap (minbase) of the pinned suite with python3 and
 python3-venv, the package caches and lists removed, committed with buildah as
 `localhost/gridloop-base/debian:<suite>`. Then `buildah bud` builds the Containerfile
 exactly as a release would (another BASE is the only difference), with a context of
-wheels: gridloop's, built from this checkout, and its dependencies', from PyPI. The build
-runs with no network (`--network=none`), so what is in the image is what the wheels say.
+wheels: gridloop's, built from this checkout, and its dependencies', downloaded from PyPI
+as the hashed lock `images/gridloop/requirements.txt` names them (`--require-hashes`,
+checked again by the install in the image). The build runs with no network
+(`--network=none`), so what is in the image is what the lock says.
 
 Both steps are cached by what they are made of (the suite, the package list and
 debootstrap's version; the base's digest, the Containerfile and every wheel's digest),
@@ -30,6 +32,8 @@ from gridloop.local.build.images import buildah
 BASE_PACKAGES = ("python3", "python3-venv")
 MIRROR = "http://deb.debian.org/debian"
 REPOSITORY = "ghcr.io/gridloop/gridloop"  # the chart's health.image.repository
+# the hashed lock of its dependencies (pip-compile --generate-hashes), in the repository
+LOCK = "images/gridloop/requirements.txt"
 
 
 def repo_root() -> Path:
@@ -144,8 +148,13 @@ def build() -> Built:
     log = cache_dir() / "gridloop.log"
     log.write_text(f"gridloop local build: {ref}\n")
     what = f"building image {ref}"
-    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)]
-    buildah.run_logged(pip, log, f"{what}: building the wheels")
+    # gridloop's own wheel, alone; its dependencies exactly as the hashed lock names them
+    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir"]
+    buildah.run_logged([*pip, str(wheels), str(root)], log, f"{what}: building gridloop's wheel")
+    shutil.copyfile(root / LOCK, wheels / "requirements.txt")
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
+    pip += ["--only-binary=:all:", "--dest", str(wheels), "-r", str(wheels / "requirements.txt")]
+    buildah.run_logged(pip, log, f"{what}: downloading the locked wheels")
     shutil.copyfile(root / "Containerfile", context / "Containerfile")
     parts = [ref, buildah.image_id(base), sha256(context / "Containerfile")]
     parts += [f"{w.name}={sha256(w)}" for w in sorted(wheels.iterdir())]
