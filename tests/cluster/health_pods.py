@@ -33,10 +33,18 @@ SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=he
 
 
 def clear_faults(local_cluster) -> None:
-    """Faults cleared and every node gridloop quarantined put back as it was."""
+    """Faults cleared, every node gridloop quarantined put back as it was, and Prometheus
+    showing a fault-free fleet. The last wait is what lets the next module restart the
+    cluster: a cleared XID is a series that goes away (dcgm-exporter 4.x gives each code a
+    series of its own), which Prometheus marks stale only at its next scrape; restarted
+    before that, it writes no marker and answers with the XID 79 of before for its five
+    minutes of lookback (the likely cause of a cold CI run's test_health_node_loss.py
+    setup failing: the simulator had no fault left, Prometheus still showed test_loop.py's
+    XID 79 on its node 90 s later, two cluster restarts after that module)."""
     state = str(local_cluster.state.dir)
     subprocess.run([GRIDLOOP, "sim", "clear", "--state-dir", state], check=True)
     put_back(local_cluster.core)
+    settle(local_cluster)
 
 
 def settle(local_cluster, timeout: float = 90) -> None:
@@ -59,7 +67,6 @@ def health_platform(local_cluster, work: Path) -> Iterator[Installed]:
     faults cleared and the nodes put back once the release is gone (uninstalled first,
     so nothing re-quarantines a node after the faults are cleared)."""
     clear_faults(local_cluster)
-    settle(local_cluster)
     try:
         with installed_platform(local_cluster, work) as done:
             yield done

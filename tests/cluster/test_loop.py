@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import ray_jobs
 import registry_images
-from health_pods import clear_faults, gpu_quota, inject, settle, tainted
+from health_pods import clear_faults, gpu_quota, inject, tainted
 from kubernetes.client.rest import ApiException
 from platform_install import (
     GRIDLOOP,
@@ -101,7 +101,6 @@ def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
     for ref in (HEAVY["vllm-cpu"], HEAVY["trainer"]):
         registry_images.forget(port, ref)
     clear_faults(local_cluster)
-    settle(local_cluster)
     ensure_release_namespace(local_cluster)
     installed = Installed(
         work / "dist" / "gridloop", cluster_fleet(local_cluster), work,
