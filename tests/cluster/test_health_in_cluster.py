@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from container_pods import kubectl, pod_spec
+from container_pods import kubectl, pod_spec, restricted
 from health_pods import (
     ACCOUNT,
     NAMESPACE,
@@ -278,10 +278,8 @@ def forged(local_cluster) -> Iterator[str]:
     """A tenant's pod forging DCGM faults for a healthy node, behind a Service the local
     Prometheus scrapes (labelled gridloop.io/model, as a model's Service is); its node."""
     victim, core = "eu-west-h100-003", local_cluster.core
-    pod = pod_spec("forged-dcgm", ["sh", "-c", FORGED.format(node=victim)])
+    pod = restricted(pod_spec("forged-dcgm", ["sh", "-c", FORGED.format(node=victim)]))
     pod["metadata"]["labels"] = {"app": "forged-dcgm"}
-    # Pod Security `restricted`, the team namespace's level, wants the runtime's seccomp
-    pod["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {"type": "RuntimeDefault"}
     pod["spec"]["restartPolicy"] = "Always"
     pod["spec"]["volumes"] = [{"name": "www", "emptyDir": {}}]
     pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "www", "mountPath": "/www"}]

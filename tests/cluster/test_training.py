@@ -188,8 +188,7 @@ def test_the_example_trains_on_a_container_node_and_writes_its_checkpoint(
 def test_a_team_namespace_admits_only_pods_that_run_unprivileged(training, local_cluster) -> None:
     core = local_cluster.core
     # as the example's RayJob runs its pods: non-root, no escalation, no capability, seccomp
-    fine = container_pods.pod_spec("unprivileged", ["true"])
-    fine["spec"]["containers"][0]["securityContext"]["seccompProfile"] = {"type": "RuntimeDefault"}
+    fine = container_pods.restricted(container_pods.pod_spec("unprivileged", ["true"]))
     core.create_namespaced_pod(NS, fine, dry_run="All")
 
     bare = container_pods.pod_spec("as-root", ["true"])
