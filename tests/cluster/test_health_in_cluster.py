@@ -60,7 +60,8 @@ def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
 def _audited(local_cluster, since: float) -> list[dict[str, Any]]:
     """The audit log's entries (flags.audit_policy: ServiceAccounts' writes) since then."""
     entries = []
-    for line in launching.audit_log(local_cluster.state).read_text().splitlines():
+    # read while the API server writes: a last line without its newline is not whole yet
+    for line in launching.audit_log(local_cluster.state).read_text().split("\n")[:-1]:
         entry = json.loads(line)
         stamp = dt.datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00"))
         if stamp.timestamp() >= since - 1:
@@ -242,16 +243,22 @@ def test_a_fault_is_quarantined_and_the_quota_lowered_with_its_service_account_a
         )
     except pytest.fail.Exception as failed:
         raise AssertionError(f"{failed}\nthe leader's log:\n{leader_logs(local_cluster)}") from None
+
     # the controller-manager's own controllers (kube-system's accounts) also update the
-    # node, e.g. the unschedulable taint once it is cordoned; nobody else touches it
-    audited = [
-        e
-        for e in _audited(local_cluster, since)
-        if not e["user"]["username"].startswith("system:serviceaccount:kube-system:")
-    ]
-    on_node = [e for e in audited if e["objectRef"].get("name") == node]
-    on_queue = [e for e in audited if e["objectRef"].get("resource") == "clusterqueues"]
-    assert on_node and on_queue, audited
+    # node, e.g. the unschedulable taint once it is cordoned; nobody else touches it.
+    # The API server logs a write once its response is sent: the line may trail the read.
+    def writes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        audited = [
+            e
+            for e in _audited(local_cluster, since)
+            if not e["user"]["username"].startswith("system:serviceaccount:kube-system:")
+        ]
+        on_node = [e for e in audited if e["objectRef"].get("name") == node]
+        on_queue = [e for e in audited if e["objectRef"].get("resource") == "clusterqueues"]
+        return on_node, on_queue
+
+    eventually(lambda: all(writes()), "the node's and the queue's writes in the audit log", 15)
+    on_node, on_queue = writes()
     assert {e["user"]["username"] for e in on_node + on_queue} == {USER}
     assert {e["responseStatus"]["code"] for e in on_node + on_queue} == {200}
     assert quarantine_events(local_cluster, node, since) == 1

@@ -122,6 +122,24 @@ def wait_for_warm_pool(core: client.CoreV1Api, timeout: float = 180) -> list[cli
     raise AssertionError(f"no ready warm sandbox in {NS} after {timeout}s: {pods}")
 
 
+def wait_for_full_pool(local_cluster: Any, timeout: float = 180) -> set[str]:
+    """Every replica the SandboxWarmPool asks for is ready: a claim then adopts one of
+    these (agent-sandbox adopts any pod of the pool, a refilling one too)."""
+    custom = client.CustomObjectsApi(local_cluster.api)
+    (pool,) = custom.list_namespaced_custom_object(*EXTENSIONS, NS, "sandboxwarmpools")["items"]
+    wanted = pool["spec"]["replicas"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pooled = [
+            p for p in sandbox_pods(local_cluster.core) if POOL_LABEL in (p.metadata.labels or {})
+        ]
+        if len(pooled) == wanted and all(ready(p) for p in pooled):
+            return {p.metadata.name for p in pooled}
+        time.sleep(0.5)
+    pods = [(p.metadata.name, p.status.phase) for p in sandbox_pods(local_cluster.core)]
+    raise AssertionError(f"the warm pool in {NS} not at {wanted} ready after {timeout}s: {pods}")
+
+
 def sandbox_client(**kwargs: Any) -> Any:
     from k8s_agent_sandbox import SandboxClient
 
@@ -463,7 +481,7 @@ def test_the_example_claim_applied_with_kubectl_gets_a_ready_sandbox_from_the_po
     from container_pods import kubectl
 
     claim = example("sandboxes/claim.yaml")
-    warm_before = {p.metadata.name for p in wait_for_warm_pool(local_cluster.core)}
+    warm_before = wait_for_full_pool(local_cluster)
     custom = client.CustomObjectsApi(local_cluster.api)
     applied = kubectl(local_cluster, "apply", "-f", str(claim))
     try:
