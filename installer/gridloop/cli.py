@@ -20,7 +20,7 @@ COMMANDS = {
     "local": "gridloop.local.commands",
     "health": "gridloop.health.commands",
     "sim": "gridloop.sim.commands",
-    "bundle": "gridloop.bundle.commands",
+    "bundle": "gridloop.chart.bundle_command",
     "render": "gridloop.chart.render_command",
     "install": "gridloop.chart.install_command",
     "upgrade": "gridloop.chart.install_command",

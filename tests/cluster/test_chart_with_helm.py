@@ -108,8 +108,10 @@ def test_a_plain_helm_install_of_the_package_passes_helm_test(helm: Helm, local_
 
         assert tested.returncode == 0, tested.stdout + tested.stderr
         assert "selftest health: all 2 checks passed" in tested.stdout
-        assert "selftest policies: all 4 checks passed" in tested.stdout
+        assert "selftest policies: all 6 checks passed" in tested.stdout
         assert "was refused by gridloop-gpu-jobs-queued" in tested.stdout
+        ray = "a Ray cluster without token authentication in namespace gridloop-test-policies"
+        assert f"ok: {ray} was refused by gridloop-ray-token-auth" in tested.stdout
 
         removed = helm("uninstall", "gridloop", "-n", NAMESPACE, "--wait", "--timeout", "3m")
 

@@ -282,11 +282,14 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
         (["--skip", "volcano"], "--skip volcano: not an upstream component (kueue, kuberay,"),
         (["--mirror", "no/such/dir"], "--mirror no/such/dir: no such directory"),
         (["--chart", "no/such/chart"], "--chart no/such/chart: no Chart.yaml there"),
+        (["--digests-from", "ftp://x"], "--digests-from ftp://x: not a registry URL"),
+        (["--digests-from", "local"], "--digests-from local: no local cluster with a registry"),
     ],
-    ids=["unknown-component", "missing-mirror", "missing-chart"],
+    ids=["unknown-component", "missing-mirror", "missing-chart", "not-a-registry", "no-cluster"],
 )
 def test_bad_flags_are_one_line_and_exit_2(tmp_path: Path, gridloop, flags, expected) -> None:
-    result = gridloop("bundle", "--out", str(tmp_path / "dist"), *flags, env=_env(tmp_path))
+    env = _env(tmp_path, GRIDLOOP_STATE=str(tmp_path / "no-cluster"))
+    result = gridloop("bundle", "--out", str(tmp_path / "dist"), *flags, env=env)
 
     assert result.returncode == 2
     assert expected in _one_error_line(result.stderr)

@@ -9,6 +9,7 @@ result; the objects are asserted on."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 import yaml
 from chart_files import PROFILE_NAMES
 
+from gridloop.bundle import digests
 from gridloop.errors import BuildError
 from gridloop.local.build.building import binary
 
@@ -339,3 +341,61 @@ def test_a_kueue_bundle_without_its_config_base_fails_with_what_to_do(
 
     assert "no upstream/kueue/bases/configmap-kueue-manager-config.yaml" in error
     assert 'rebuild the chart with "gridloop bundle"' in error
+
+
+def _digest_of(name: str) -> str:
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("registry", ["", "mirror.example:5000/gridloop"])
+def test_the_bundled_chart_renders_each_pinned_image_by_digest_mirrored_or_not(
+    bundled: Path, tmp_path: Path, registry: str
+) -> None:
+    chart = tmp_path / "gridloop"
+    shutil.copytree(bundled, chart)
+    listed = (bundled.parent / "images.txt").read_text().split()
+    pinned = digests.Resolved({image: _digest_of(image) for image in listed}, [])
+    (chart / "upstream" / digests.FILE).write_text(digests.file_text(pinned))
+    local = ("-f", str(chart / "profiles" / "local.yaml"))
+
+    docs = render(chart, tmp_path, f"imageRegistry={registry}", extra=local)
+
+    text = yaml.safe_dump_all(docs, width=1000)
+    shown = set(re.findall(r"^\s*(?:- )?image: [\"']?([^\"'\s]+)", text, re.M))
+    controllers = {
+        "kueue/kueue",
+        "kuberay/operator",
+        "agent-sandbox-controller",
+        "gridloop/gridloop",
+    }
+    assert all(any(c in s for s in shown) for c in controllers), shown
+    prefix = f"{registry}/" if registry else ""
+    for image in shown:
+        assert image.startswith(prefix), image
+        name, _, digest = image.removeprefix(prefix).partition("@")
+        assert name in listed and digest == _digest_of(name), image
+
+
+POLICY_TEST = "gridloop-test-policies"  # the `helm test` hook's pod, Role and namespace
+
+
+@pytest.mark.parametrize("off", ["", "kuberay.enabled=false", "policies.rayTokenAuth=false"])
+def test_helm_test_probes_the_ray_token_policy_where_kuberay_runs(
+    bundled: Path, tmp_path: Path, off: str
+) -> None:
+    docs = render(bundled, tmp_path, *([off] if off else []))
+
+    (container,) = named(docs, "Pod", POLICY_TEST)["spec"]["containers"]
+    command = container["command"]
+    rules = named(docs, "Role", POLICY_TEST)["rules"]
+    ray_rule = {"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["create"]}
+    if off:
+        assert "--ray-policy" not in command and ray_rule not in rules
+        return
+    assert command[command.index("--ray-policy") + 1] == "gridloop-ray-token-auth"
+    assert ray_rule in rules  # create only, in the scratch namespace only
+    assert named(docs, "Role", POLICY_TEST)["metadata"]["namespace"] == POLICY_TEST
+    # the scratch namespace is one the policy's labelled binding matches
+    binding = named(docs, "ValidatingAdmissionPolicyBinding", "gridloop-ray-token-auth-labelled")
+    team, _ = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert team["key"] in named(docs, "Namespace", POLICY_TEST)["metadata"]["labels"]

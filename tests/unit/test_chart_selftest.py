@@ -170,6 +170,7 @@ def test_the_health_test_asks_the_health_services_own_service(render: Render) ->
 def test_the_policy_tests_rbac_is_create_pods_and_jobs_in_its_own_namespace_only(
     render: Render,
 ) -> None:
+    """(and Ray clusters where KubeRay is: test_chart_bundled.py renders that)"""
     found = hooks(render())
     role = found[("Role", POLICIES)]
     assert role["metadata"]["namespace"] == POLICIES
@@ -232,7 +233,7 @@ def test_without_the_sandbox_objects_only_the_gpu_policy_is_probed(render: Rende
     found = hooks(render(sets=("agentSandbox.sandboxes.enabled=false",)))
     (container,) = found[("Pod", POLICIES)]["spec"]["containers"]
     assert "--sandbox-policy" not in flags(container)
-    assert rule_grants(found[("Role", POLICIES)]["rules"]) == {("batch", "jobs", "create", "")}
+    assert ("", "pods", "create", "") not in rule_grants(found[("Role", POLICIES)]["rules"])
     assert "gridloop.io/sandbox" not in found[("Namespace", POLICIES)]["metadata"]["labels"]
 
 
@@ -309,13 +310,29 @@ def test_the_gpu_jobs_differ_only_in_their_queue_label_and_do_request_a_gpu() ->
     assert container["resources"]["limits"][probes.GPU] == "1"  # what the policy keys on
 
 
+def test_the_ray_clusters_differ_only_in_the_token_and_both_name_the_queue() -> None:
+    refused, admitted = probes.ray_cluster_probes("ns", "p", "default", "img", Expect.DENY)
+    assert (refused.expect, admitted.expect) == (Expect.DENY, Expect.ALLOW)
+    assert (refused.kind, refused.body["apiVersion"]) == ("RayCluster", "ray.io/v1")
+    assert _diff(refused.body, admitted.body) == [".spec.authOptions"]
+    assert admitted.body["spec"]["authOptions"] == {"mode": "token"}
+    # the GPU policy wants every Ray cluster in a team namespace queued: both are
+    assert refused.body["metadata"]["labels"][probes.QUEUE_LABEL] == "default"
+
+
 def test_probe_pods_meet_the_restricted_pod_security_level() -> None:
     for probe in [
         *probes.sandbox_probes("ns", "p", "gvisor", "img", Expect.DENY),
         *probes.gpu_job_probes("ns", "p", "q", "img", Expect.DENY),
+        *probes.ray_cluster_probes("ns", "p", "q", "img", Expect.DENY),
     ]:
         spec = probe.body["spec"]
-        pod = spec["template"]["spec"] if probe.kind == "Job" else spec
+        if probe.kind == "Job":
+            pod = spec["template"]["spec"]
+        elif probe.kind == "RayCluster":
+            pod = spec["headGroupSpec"]["template"]["spec"]
+        else:
+            pod = spec
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert pod["automountServiceAccountToken"] is False
@@ -495,7 +512,7 @@ def test_selftest_policies_with_nothing_to_check_is_a_usage_error(
     args = ["selftest", "policies", "--namespace", "ns", "--image", "img"]
     assert cli.main(args) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: nothing to check: give --sandbox-policy or --gpu-policy"
+        "error: nothing to check: give --sandbox-policy, --gpu-policy or --ray-policy"
     )
 
 

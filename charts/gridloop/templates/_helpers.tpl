@@ -134,10 +134,14 @@ ones, plus kata when agentSandbox.kata.enabled. */}}
 {{- end -}}
 
 {{/* An image reference, from imageRegistry when that is set (air-gapped clusters):
-"<imageRegistry>/<image>", the image as dist/images.txt lists it. Call with (list $ "image"). */}}
+"<imageRegistry>/<image>", the image as dist/images.txt lists it, and "<image>@sha256:..."
+when the bundle pinned its digest (gridloop bundle --digests-from). Call with (list $ "image"). */}}
 {{- define "gridloop.image" -}}
 {{- $ctx := index . 0 -}}
 {{- $image := index . 1 -}}
+{{- with index (include "gridloop.imageDigests" $ctx | fromJson) $image -}}
+{{- $image = printf "%s@%s" $image . -}}
+{{- end -}}
 {{- with $ctx.Values.imageRegistry -}}
 {{- printf "%s/%s" (trimSuffix "/" .) $image -}}
 {{- else -}}
@@ -279,3 +283,9 @@ them; NOTES.txt says which the bundle left out.
   (dict "key" "agentSandbox" "dir" "agent-sandbox" "title" "agent-sandbox")
   | toJson }}
 {{- end }}
+
+{{/* The digests `gridloop bundle --digests-from` found, as JSON: {"<image>": "sha256:..."}
+(upstream/digests.yaml; {} for a chart bundled without it). */}}
+{{- define "gridloop.imageDigests" -}}
+{{- toJson ((.Files.Get "upstream/digests.yaml" | fromYaml).images | default dict) -}}
+{{- end -}}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gridloop import versions
-from gridloop.bundle import caching, charting, fetching, images, manifests
+from gridloop.bundle import caching, charting, digests, fetching, images, manifests
 from gridloop.bundle.adjustments import integrate, pin
 from gridloop.bundle.manifests import Doc, ManifestProblem
 from gridloop.bundle.sources import COMPONENTS, SOURCES, Source
@@ -45,6 +45,9 @@ class Request:
     # leave out a component that cannot be fetched (no network to its release host),
     # saying why, instead of failing: how `render` and `install` assemble a bundle
     leave_out_unfetchable: bool = False
+    # pin every image by its digest in this registry (digests.py), e.g. http://127.0.0.1:26413
+    digests_from: str | None = None
+    head: digests.Head = digests.head  # how a digest is asked for (tests answer it themselves)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Result:
     chart: charting.Chart | None
     tarball: Path | None
     left_out: dict[str, str] = field(default_factory=dict)  # component -> why
+    resolved: digests.Resolved | None = None  # with digests_from: what was pinned
 
 
 def bundle(request: Request, say: Say = lambda _m: None) -> Result:
@@ -86,6 +90,11 @@ def bundle(request: Request, say: Say = lambda _m: None) -> Result:
         say(f"  ✓ {fetching.label(got.component):<28} {got.origin} ({docs} objects)")
         obtained.append(got)
 
+    found = images.in_manifests(d for got in obtained for docs in got.files.values() for d in docs)
+    if chart is not None:
+        found |= images.in_values(chart.values, chart.app_version)
+    resolved = _digests(request, found, say)
+
     folder = request.out / "gridloop"
     request.out.mkdir(parents=True, exist_ok=True)
     if chart is not None:
@@ -99,14 +108,37 @@ def bundle(request: Request, say: Say = lambda _m: None) -> Result:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(why + "\n", encoding="utf-8")
 
-    found = images.in_manifests(d for got in obtained for docs in got.files.values() for d in docs)
-    if chart is not None:
-        found |= images.in_values(chart.values, chart.app_version)
+    listed = found
+    if resolved is not None:
+        (folder / manifests.UPSTREAM).mkdir(parents=True, exist_ok=True)
+        (folder / manifests.UPSTREAM / digests.FILE).write_text(digests.file_text(resolved))
+        listed = {resolved.pinned(image) for image in found}
     images_file = request.out / "images.txt"
-    images_file.write_text(images.listing(found))
+    images_file.write_text(images.listing(listed))
 
     tarball = charting.package(folder, request.out) if request.tarball else None
-    return Result(folder, images_file, sorted(found), obtained, chart, tarball, left_out)
+    return Result(folder, images_file, sorted(listed), obtained, chart, tarball, left_out, resolved)
+
+
+def _digests(request: Request, found: set[str], say: Say) -> digests.Resolved | None:
+    """With --digests-from: each image's digest there. A registry that holds none of
+    them is the wrong one (an error, nothing written); one missing image is named and
+    stays pinned by its tag only."""
+    if request.digests_from is None:
+        return None
+    where = digests.registry(request.digests_from)
+    resolved = digests.resolve(found, where, request.head)
+    if found and not resolved.digests:
+        first = sorted(resolved.missing)[0]
+        repository, tag = digests.split(first) or (first, "")
+        raise UsageError(
+            f"--digests-from {where.shown}: holds none of the bundle's {len(found)} images "
+            f"(no {where.manifest_url(repository, tag)})"
+        )
+    say(f"  ✓ {len(resolved.digests)} images pinned by digest from {where.shown}")
+    if resolved.missing:
+        say(f"  ! not in {where.shown}, pinned by tag only: {', '.join(resolved.missing)}")
+    return resolved
 
 
 def left_out(chart: Path) -> dict[str, str]:
@@ -128,6 +160,8 @@ def _check(request: Request, say: Say) -> charting.Chart | None:
             raise UsageError(f"--skip {name}: not an upstream component ({', '.join(COMPONENTS)})")
     if request.mirror is not None and not request.mirror.is_dir():
         raise UsageError(f"--mirror {request.mirror}: no such directory")
+    if request.digests_from is not None:
+        digests.registry(request.digests_from)
     if request.out.exists() and not request.out.is_dir():
         raise UsageError(f"--out {request.out}: exists and is not a directory")
     chart: charting.Chart | None = None

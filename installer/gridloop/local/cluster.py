@@ -201,6 +201,15 @@ def up(
     return UpResult(state, False, started, ready, result.created, result.deleted)
 
 
+def registry_url(state_dir: Path) -> str | None:
+    """The URL of the registry a running local cluster's nodes pull from; None when no
+    cluster with one runs from `state_dir`."""
+    state = load(state_dir)
+    if state is None or not fully_running(state) or REGISTRY not in state.components:
+        return None
+    return f"http://{LOOPBACK}:{state.ports.registry}"
+
+
 def push_new_images(state_dir: Path) -> str | None:
     """On a running cluster with a registry, push every built image it lacks there (or
     holds an older build of) and say which in one line; None when no such cluster runs.

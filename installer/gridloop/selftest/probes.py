@@ -36,7 +36,7 @@ class Probe:
     what: str  # for the verdict line: "a pod without a runtimeClassName"
     policy: str  # the ValidatingAdmissionPolicy that decides it
     expect: Expect
-    kind: str  # Pod or Job
+    kind: str  # Pod, Job or RayCluster
     namespace: str
     body: dict[str, Any]
 
@@ -138,5 +138,46 @@ def gpu_job_probes(
             "Job",
             namespace,
             _gpu_job(namespace, image, {QUEUE_LABEL: queue}),
+        ),
+    ]
+
+
+def _ray_cluster(namespace: str, image: str, queue: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        # queued, as the GPU policy wants every Ray cluster in a team namespace
+        "metadata": _metadata(namespace, {QUEUE_LABEL: queue}),
+        "spec": {
+            "suspend": True,  # as Kueue would leave it: even admitted it would start nothing
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": _pod_spec(image)}},
+        },
+    }
+
+
+def ray_cluster_probes(
+    namespace: str, policy: str, queue: str, image: str, expect: Expect
+) -> list[Probe]:
+    """A Ray cluster without Ray's token authentication (refused) and the same cluster
+    with `authOptions: {mode: token}`."""
+    bare = _ray_cluster(namespace, image, queue)
+    token = copy.deepcopy(bare)
+    token["spec"]["authOptions"] = {"mode": "token"}
+    return [
+        Probe(
+            "a Ray cluster without token authentication",
+            policy,
+            expect,
+            "RayCluster",
+            namespace,
+            bare,
+        ),
+        Probe(
+            "the same Ray cluster with authOptions.mode token",
+            policy,
+            Expect.ALLOW,
+            "RayCluster",
+            namespace,
+            token,
         ),
     ]

@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -63,9 +64,13 @@ def _status_message(body: Any) -> str:
 
 def submit(api: client.ApiClient, probe: Probe) -> ApiAnswer:
     """Create `probe.body` as a server-side dry run: admission runs, nothing is stored."""
+    custom = client.CustomObjectsApi(api)
     creators = {
         "Pod": client.CoreV1Api(api).create_namespaced_pod_with_http_info,
         "Job": client.BatchV1Api(api).create_namespaced_job_with_http_info,
+        "RayCluster": partial(
+            _create_custom, custom.create_namespaced_custom_object_with_http_info, "rayclusters"
+        ),
     }
     create = creators[probe.kind]
     try:
@@ -84,3 +89,9 @@ def submit(api: client.ApiClient, probe: Probe) -> ApiAnswer:
     except (TransportError, OSError) as err:  # refused, timed out, no route, TLS
         return ApiAnswer(0, " ".join(str(err).split()) or type(err).__name__)
     return ApiAnswer(int(status), "", str((headers or {}).get("Warning", "")))
+
+
+def _create_custom(create: Any, plural: str, namespace: str, body: Any, **kwargs: Any) -> Any:
+    """A custom object's create, called as the built-in kinds' are (namespace, body)."""
+    group, _, version = body["apiVersion"].partition("/")
+    return create(group, version, namespace, plural, body, **kwargs)

@@ -59,7 +59,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--runtime-class", help="a RuntimeClass the sandbox policy allows (with --sandbox-policy)"
     )
     p.add_argument("--gpu-policy", help="the GPU-jobs-queued policy's name")
-    p.add_argument("--queue", default="default", help="the LocalQueue the compliant GPU job names")
+    p.add_argument(
+        "--ray-policy", help="the Ray token policy's name (needs KubeRay's RayCluster kind)"
+    )
+    p.add_argument(
+        "--queue",
+        default="default",
+        help="the LocalQueue the compliant GPU job (and both Ray clusters) name",
+    )
     p.add_argument(
         "--kubeconfig",
         type=Path,
@@ -98,8 +105,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
     if args.sandbox_policy and not args.runtime_class:
         raise UsageError("--sandbox-policy needs --runtime-class: the class its pod may use")
-    if not (args.sandbox_policy or args.gpu_policy):
-        raise UsageError("nothing to check: give --sandbox-policy or --gpu-policy")
+    if not (args.sandbox_policy or args.gpu_policy or args.ray_policy):
+        raise UsageError("nothing to check: give --sandbox-policy, --gpu-policy or --ray-policy")
     expect = Expect(args.expect)
     todo: list[probes.Probe] = []
     if args.sandbox_policy:
@@ -109,6 +116,10 @@ def cmd_policies(args: argparse.Namespace) -> int:
     if args.gpu_policy:
         todo += probes.gpu_job_probes(
             args.namespace, args.gpu_policy, args.queue, args.image, expect
+        )
+    if args.ray_policy:
+        todo += probes.ray_cluster_probes(
+            args.namespace, args.ray_policy, args.queue, args.image, expect
         )
     from gridloop.health.commands import api_client
 

@@ -15,15 +15,8 @@ from pathlib import Path
 import yaml
 
 from gridloop import paths
+from gridloop.bundle.digests import MANIFEST_TYPES  # what a registry may answer for a tag
 from gridloop.local.ports import LOOPBACK
-
-MANIFEST_TYPES = ", ".join(
-    [
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    ]
-)
 
 
 def storage() -> Path:

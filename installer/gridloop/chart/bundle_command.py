@@ -1,4 +1,6 @@
-"""`gridloop bundle`: the command-line shell around bundling.py. Parses, calls, prints."""
+"""`gridloop bundle`: the command-line shell around bundle/bundling.py. Parses, calls,
+prints. It sits with the chart's commands, above both the bundle and the local cluster
+(whose registry `--digests-from local` reads)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from pathlib import Path
 from gridloop import paths
 from gridloop.bundle import bundling
 from gridloop.bundle.sources import COMPONENTS
+from gridloop.errors import UsageError
+from gridloop.local import cluster
 
 DEFAULT_OUT = paths.BUNDLE_OUT
 
@@ -40,6 +44,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="COMPONENT",
         help=f"leave a component out (repeatable): {', '.join(COMPONENTS)}",
     )
+    p.add_argument(
+        "--digests-from",
+        metavar="REGISTRY",
+        help="pin every image by its digest in REGISTRY, which holds each image under its "
+        "full name (<REGISTRY>/<image>, as imageRegistry pulls): a URL such as "
+        "https://mirror.example:5000/gridloop, or `local` for the local cluster's registry",
+    )
     p.add_argument("--tarball", action="store_true", help="also `helm package` the bundled chart")
     p.add_argument(
         "--chart", type=Path, metavar="DIR", help="the chart to bundle (default: charts/gridloop)"
@@ -55,6 +66,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         mirror=args.mirror,
         skip=frozenset(args.skip),
         tarball=args.tarball,
+        digests_from=_registry(args.digests_from),
     )
     print(f"bundling into {args.out}", flush=True)
     result = bundling.bundle(request, say=lambda line: print(line, flush=True))
@@ -65,3 +77,18 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         print(f"wrote {result.tarball}")
     print(f"done in {time.monotonic() - start:.1f}s", file=sys.stderr)
     return 0
+
+
+def _registry(given: str | None) -> str | None:
+    """`local`: the registry of the running local cluster in $GRIDLOOP_STATE (or the
+    default state folder)."""
+    if given != "local":
+        return given
+    where = paths.state_root()
+    url = cluster.registry_url(where)
+    if url is None:
+        raise UsageError(
+            f"--digests-from local: no local cluster with a registry runs from {where} "
+            "(`gridloop local up` starts one with its container nodes)"
+        )
+    return url
