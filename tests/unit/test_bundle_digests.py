@@ -2,7 +2,7 @@
 
 Here the registry's answers are a table (what `head` would have read); the real call to
 the local cluster's registry, and a pod pulled by digest through it, are in
-tests/cluster/test_bundle_digests.py, and the chart rendering them in test_chart_bundled.py.
+tests/cluster/test_images_by_digest.py, and the chart rendering them in test_chart_bundled.py.
 """
 
 from __future__ import annotations

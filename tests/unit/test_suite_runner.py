@@ -109,3 +109,14 @@ def test_the_modules_that_run_the_heavy_images_come_after_the_rest_and_before_re
     first_heavy = min(order.index(m) for m in heavy)
     assert all(order.index(m) < first_heavy for m in rest)
     assert all(order.index(m) > first_heavy for m in restarts)
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """pytest imports test files by their basename (no packages here): a second
+    tests/*/test_x.py fails the whole collection of both lanes (it did, once)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        if path.name != "conftest.py":
+            found.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    shared = {name: where for name, where in found.items() if len(where) > 1}
+    assert not shared, shared
