@@ -129,3 +129,13 @@ def test_a_registry_holding_none_of_the_images_is_refused_and_nothing_is_written
         f"(no {LOCAL}/v2/mirror/agent-sandbox/manifests/1)"
     )
     assert sorted(p.name for p in out.rglob("*")) == ["gridloop", "mine.txt"]
+
+
+def test_images_pinned_already_are_kept_as_they_are_and_nothing_is_asked() -> None:
+    pinned = "quay.io/x/y:1@sha256:" + "1" * 64
+    head, asked = registry_holding()
+
+    resolved = digests.resolve([pinned], digests.registry(LOCAL), head)
+
+    assert (resolved.digests, resolved.missing, asked) == ({}, [], [])
+    assert resolved.pinned(pinned) == pinned

@@ -128,8 +128,8 @@ def _digests(request: Request, found: set[str], say: Say) -> digests.Resolved | 
         return None
     where = digests.registry(request.digests_from)
     resolved = digests.resolve(found, where, request.head)
-    if found and not resolved.digests:
-        first = sorted(resolved.missing)[0]
+    if resolved.missing and not resolved.digests:
+        first = resolved.missing[0]
         repository, tag = digests.split(first) or (first, "")
         raise UsageError(
             f"--digests-from {where.shown}: holds none of the bundle's {len(found)} images "

@@ -13,7 +13,6 @@ from gridloop import paths
 from gridloop.bundle import bundling
 from gridloop.bundle.sources import COMPONENTS
 from gridloop.errors import UsageError
-from gridloop.local import cluster
 
 DEFAULT_OUT = paths.BUNDLE_OUT
 
@@ -84,6 +83,8 @@ def _registry(given: str | None) -> str | None:
     default state folder)."""
     if given != "local":
         return given
+    from gridloop.local import cluster  # only here: a plain bundle loads no cluster code
+
     where = paths.state_root()
     url = cluster.registry_url(where)
     if url is None:
