@@ -60,7 +60,7 @@ from kubernetes import client
 from kubernetes.stream import stream
 
 from gridloop import kube
-from gridloop.local.addons import object_store
+from gridloop.local.addons import object_store, store_access
 from gridloop.local.build.building import binary
 from gridloop.local.state import load
 
@@ -141,7 +141,7 @@ class Bench:
     # --- the model in the store ---
 
     def s3(self) -> Any:
-        k = object_store.keys(self.state.dir)
+        k = object_store.role_keys(self.state.dir, store_access.host())
         return boto3.session.Session().client(
             "s3",
             endpoint_url=object_store.host_url(self.state.ports.object_store),

@@ -2,9 +2,9 @@
 
 Needs a running local cluster with the chart installed with the local profile
 (`gridloop local up`, `gridloop install --profile local`) and the Ray image built
-(`gridloop local build ray`, pushed by `up`), and the object store's keys in team-default
-as the Secret models-s3 (docs/training.md). Everything is real but the GPU nodes, which
-part 2 does not use.
+(`gridloop local build ray`, pushed by `up`), and the example run's store keys in
+team-default as the Secret train-tiny-s3 (`gridloop local store-key`, docs/training.md).
+Everything is real but the GPU nodes, which part 2 does not use.
 
 1. The example RayJob (examples/training/rayjob.yaml), `--rounds` times: from its create
    to Kueue's admission, to all of its pods (head, worker, submitter) Running on the

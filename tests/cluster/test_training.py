@@ -14,9 +14,11 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import boto3
 import container_pods
@@ -26,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from kueue_scenario import POLICY, QUOTA, TeamQueues
 from platform_install import GRIDLOOP
 
+from doc_blocks import doc_block
 from gridloop.health.reading import connect
 from gridloop.health.service import HealthService
 from gridloop.local.addons import object_store
@@ -33,24 +36,46 @@ from gridloop.local.addons import object_store
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
 
 NS = ray_jobs.TEAM_NAMESPACE
+SECRET = "train-tiny-s3"  # examples/training/rayjob.yaml's
 # a line the example's driver prints per step: "step  12  loss 0.4396  accuracy 0.864"
 STEP = re.compile(r"^step +(\d+)  loss (\d+\.\d{4})  accuracy", re.M)
 FIRST_START_S = 600  # the first RayJob pulls the Ray image (0.6 GB) into containerd
 
 
+KEY_LINES = ("store-key training", "create secret generic")  # the README's, run as written
+
+
 @pytest.fixture(scope="module")
-def training(kueue_platform, local_cluster) -> None:
+def training(kueue_platform, local_cluster, tmp_path_factory) -> None:
     """The platform installed with the local profile (the install the Kueue modules share,
-    kept for this one: tests/conftest.py runs it right after them), and the object store's
-    keys in the team's namespace as the Secret the example reads (docs/training.md's
-    step). The namespace goes with the shared install."""
+    kept for this one: tests/conftest.py runs it right after them), and the run's own store
+    keys in the team's namespace as the Secret the example reads: the README's two lines,
+    run as written (`gridloop local store-key`, `kubectl create secret --from-env-file`).
+    The namespace goes with the shared install."""
+    state = local_cluster.state
+    here = tmp_path_factory.mktemp("training-keys")
+    (here / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = {
+        **os.environ,
+        "GRIDLOOP_STATE": str(state.dir),
+        "KUBECONFIG": str(state.kubeconfig),
+        "PATH": f"{state.dir / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    }
+    block = doc_block("README.md", "A training job queued by Kueue")
+    lines = [ln for ln in block.splitlines() if any(k in ln for k in KEY_LINES)]
+    assert len(lines) == 2, block
     try:
-        local_cluster.core.create_namespaced_secret(
-            NS, object_store.secret_object(local_cluster.state.dir, NS)
-        )
+        local_cluster.core.delete_namespaced_secret(SECRET, NS)
     except ApiException as err:
-        if err.status != 409:  # there already
+        if err.status != 404:
             raise
+    for line in lines:
+        done = subprocess.run(
+            ["bash", "-c", line.split("#")[0]], cwd=here, env=env, capture_output=True,
+            text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{line}: {done.stdout} {done.stderr}"
+    assert not (here / "train-tiny.env").exists()  # the line removes the keys' file
 
 
 @pytest.fixture

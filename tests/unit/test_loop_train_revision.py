@@ -239,8 +239,9 @@ def _free_port() -> int:
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> Iterator[object]:
     """versitygw as `gridloop local up` starts it (object_store.py), over a temporary
-    state folder, with boto3's environment pointing at it."""
-    from gridloop.local.addons import object_store
+    state folder, its users and policies made (store_admin.py), with boto3's environment
+    pointing at it with the host's keys."""
+    from gridloop.local.addons import object_store, store_admin
     from gridloop.local.build import building
 
     port = _free_port()
@@ -258,6 +259,7 @@ def store(tmp_path, monkeypatch) -> Iterator[object]:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "versitygw did not answer in 20 s"
             time.sleep(0.2)
+    store_admin.converge(tmp_path, port)
     for name, value in object_store.shell_env(tmp_path, port).items():
         monkeypatch.setenv(name, value)
     yield tr.s3_client()

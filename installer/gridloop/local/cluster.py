@@ -32,6 +32,7 @@ from gridloop.local.addons import (
     kueue_manifests,
     object_store,
     sandbox_installing,
+    store_admin,
 )
 from gridloop.local.build import building, recipes
 from gridloop.local.container import addons, network_policy, sweeping
@@ -235,6 +236,12 @@ def _start_container_nodes(
     from gridloop.local.build.images import pushing
 
     _start_all(state, binaries, say, (REGISTRY, OBJECT_STORE))
+    t0 = time.monotonic()
+    made, buckets = store_admin.converge(state.dir, state.ports.object_store)
+    say(
+        f"object store: {made} users made, policies on {buckets} buckets: a key per role "
+        f"in {time.monotonic() - t0:.1f}s"
+    )
     t0 = time.monotonic()
     pause = pushing.ensure_images(state.ports.registry, binaries)
     say(f"images: in the local registry in {time.monotonic() - t0:.1f}s")

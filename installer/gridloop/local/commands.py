@@ -46,9 +46,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(func=cmd_build)
 
-    from gridloop.local import cluster_commands
+    from gridloop.local import cluster_commands, store_key_command
 
     cluster_commands.register(verbs)
+    store_key_command.register(verbs)
 
 
 class _BuildPrinter:

@@ -69,13 +69,18 @@ def register(sub: Any) -> None:
         ("sandbox-namespace", "the sandboxes' namespace"),
         ("template", "the SandboxTemplate"),
         ("bucket", "the loop's bucket"),
-        ("secret", "the Secret with the object store's keys"),
         ("cluster-endpoint", "the object store's URL from pods"),
     ):
         key = name.replace("-", "_")
         run.add_argument(
             f"--{name}", default=defaults[key], help=f"{help_text} (default {defaults[key]})"
         )
+    run.add_argument(
+        "--secret",
+        default="",
+        help="the Secret in the team namespace with the training job's store keys "
+        "(default: loop-RUN-s3, which on the local cluster is made for the run)",
+    )
     run.add_argument(
         "--endpoint",
         default=None,

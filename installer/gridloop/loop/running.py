@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from gridloop import kube, names
+from gridloop import kube, names, paths
 from gridloop.loop import deciding, training_job
 from gridloop.loop.agent import LoopError, Model, PhaseResult, Sandbox, run_phase
 from gridloop.loop.build_tasks import Suite, Task, make_suite
@@ -113,12 +113,16 @@ class Settings:
     bucket: str = "loop"
     endpoint: str | None = None  # the object store from here (default: AWS_ENDPOINT_URL)
     cluster_endpoint: str = "http://object-store.object-store.svc.cluster.local:9000"
-    secret: str = "models-s3"
+    secret: str = ""  # the training job's store keys (default: loop-<run>-s3)
     chart: str | None = None
     kubeconfig: str | None = None
     timeout_s: float = 900.0  # per phase that waits on the cluster
     # the candidate's server: a revision that has not loaded by then never will
     candidate_timeout_s: float = 300.0
+
+    @property
+    def training_secret(self) -> str:
+        return self.secret or f"loop-{self.run}-s3"
 
     def check(self) -> None:
         try:
@@ -246,32 +250,36 @@ class Cluster:
             said = " ".join(lines[-2:]) if lines else f"exit {done.returncode}"
             raise LoopError(f"{why}: gridloop upgrade failed: {said[:400]}")
 
-    def ensure_secret(self) -> None:
-        """The store's keys in the team namespace: copied from the release namespace's
-        Secret of the same name when the team has none."""
+    def ensure_secret(self, base_uri: str, output_uri: str) -> str:
+        """The training job's store keys in the team namespace, by name. On the local
+        cluster (its kubeconfig) the run gets keys of its own, minted by the store's admin
+        key: they read the run's trajectories and the model's folder and write only the
+        revision it makes now (store_access.training); elsewhere the Secret must be there."""
         from kubernetes.client.rest import ApiException
 
         s = self.settings
+        name = s.training_secret
+        state_dir = paths.local_state_dir(s.kubeconfig or os.environ.get("KUBECONFIG"))
+        if state_dir is None or s.secret:
+            try:
+                self.core.read_namespaced_secret(name, s.team_namespace)
+                return name
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+            raise LoopError(
+                f"--secret: no Secret {name!r} in {s.team_namespace}: the training job's "
+                f"store keys, which read s3://{s.bucket}/{s.run}/ and {base_uri} and write "
+                f"{output_uri} (docs/loop.md)"
+            )
+        body = _minted_secret(state_dir, s, base_uri, output_uri, name)
         try:
-            self.core.read_namespaced_secret(s.secret, s.team_namespace)
-            return
+            self.core.replace_namespaced_secret(name, s.team_namespace, body)
         except ApiException as err:
             if err.status != 404:
                 raise
-        try:
-            source = self.core.read_namespaced_secret(s.secret, s.namespace)
-        except ApiException as err:
-            if err.status == 404:
-                raise LoopError(
-                    f"--secret: no Secret {s.secret!r} in {s.team_namespace} or {s.namespace}"
-                ) from None
-            raise
-        body = {
-            "metadata": {"name": s.secret, "namespace": s.team_namespace},
-            "type": source.type,
-            "data": source.data,
-        }
-        self.core.create_namespaced_secret(s.team_namespace, body)
+            self.core.create_namespaced_secret(s.team_namespace, body)
+        return name
 
 
 RAY = ("ray.io", "v1", "rayjobs")
@@ -503,12 +511,12 @@ class Loop:
         if model_store[0].exists(f"{model_store[1]}training.json"):
             say(f"train: {output} is already trained (training.json there)")
         else:
-            self.cluster.ensure_secret()
+            secret = self.cluster.ensure_secret(root, output)
             job = training_job.TrainingJob(
                 run=s.run, iteration=n, namespace=s.team_namespace, queue=s.queue,
                 trajectories_uri=f"s3://{s.bucket}/{collect_prefix(s.run, n)}",
                 base_uri=root, output_uri=output, endpoint=s.cluster_endpoint,
-                secret=s.secret, epochs=s.epochs, seed=s.seed,
+                secret=secret, epochs=s.epochs, seed=s.seed,
             )  # fmt: skip
             run_training(self.cluster, job, say)
         record.seconds["train"] = time.monotonic() - t0
@@ -572,6 +580,43 @@ class Loop:
                 break
         self.store.put_json(f"{self.s.run}/summary.json", [r.to_json() for r in records])
         return records
+
+
+def training_role_of(run: str, base_uri: str, output_uri: str) -> Any:
+    """The local store's role for a run fine-tuning `base_uri` (a revision's folder of the
+    models bucket) into `output_uri` beside it: the folder readable, the output writable."""
+    from gridloop.local.addons import store_access
+    from gridloop.models.uris import parse_s3
+
+    where = parse_s3(base_uri, "revision")
+    folder = where.prefix.rstrip("/").rpartition("/")[0]
+    if where.bucket != store_access.MODELS or not folder:
+        raise LoopError(
+            f"model: {base_uri} is not a revision in a model's folder of s3://"
+            f"{store_access.MODELS}/ (s3://{store_access.MODELS}/<model>/<revision>/), the "
+            "only place the local store's training keys may write"
+        )
+    out = parse_s3(output_uri, "revision")
+    revision = out.prefix.rstrip("/").rpartition("/")[2]
+    if out.bucket != where.bucket or out.prefix != f"{folder}/{revision}/":
+        raise LoopError(f"model: {output_uri} is not a revision beside {base_uri}")
+    return store_access.training(run, f"{folder}/", revision)
+
+
+def _minted_secret(
+    state_dir: Path, s: Settings, base_uri: str, output_uri: str, name: str
+) -> dict[str, Any]:
+    from gridloop.local.addons import object_store, store_admin
+    from gridloop.local.state import load
+
+    state = load(state_dir)
+    if state is None or object_store.PROCESS not in state.components:
+        raise LoopError(f"--secret: the local cluster in {state_dir} runs no object store")
+    role = training_role_of(s.run, base_uri, output_uri)
+    keys = store_admin.mint(state_dir, state.ports.object_store, role)
+    secret = object_store.secret_object(state_dir, s.team_namespace, role, name)
+    secret["stringData"] = object_store.key_env(keys)
+    return secret
 
 
 def _store_of(uri: str, endpoint: str | None) -> tuple[Store, str]:

@@ -14,9 +14,14 @@ at the first container node's address on the bridge; the port takes connections 
 loopback and the bridge only (hostnet.guard_host_ports).
 
 Its root user's keys are made at the first `up` (random), kept in the state directory
-(0600), handed to versitygw in its environment (never on a command line, which `ps`
-shows), and written by `up` as the Secret `models-s3` for the chart's model servers
-(`credentialsSecret`), with the in-cluster endpoint beside them.
+(0600) and handed to versitygw in its environment (never on a command line, which `ps`
+shows); they stay on the host: the store's own admin key, which makes the others. Every
+other client has a key of its own role (store_access.py says which may do what): made
+here, kept beside the root's (access.json, 0600), made users of versitygw's internal IAM
+(`--iam-dir`) by store_admin.py. `up` writes the serving role's keys as the Secret
+`models-s3` for the chart's model servers (`credentialsSecret`); `gridloop local env`
+exports the host role's; a training run's are minted for it (`gridloop local store-key`,
+the learning loop).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gridloop import names
+from gridloop.local.addons import store_access
 from gridloop.local.addons.host_services import host_endpoint_slice
 from gridloop.local.ports import LOOPBACK
 
@@ -40,7 +46,7 @@ SERVICE_PORT = 9000  # the in-cluster port, as MinIO and most S3-compatible serv
 RELEASE_NAMESPACE = names.DEFAULT_NAMESPACE
 SECRET = "models-s3"  # the Secret the local profile's models name in credentialsSecret
 # model weights; what training jobs write; the learning loop's trajectories
-BUCKETS = ("models", "checkpoints", "loop")
+BUCKETS = store_access.BUCKETS
 REGION = "us-east-1"
 HEALTH_PATH = "/healthz"
 LABELS = {"app.kubernetes.io/name": "object-store", "app.kubernetes.io/part-of": "gridloop-local"}
@@ -61,6 +67,17 @@ def data(state_dir: Path) -> Path:
     return folder(state_dir) / "data"
 
 
+def _new_keys() -> Keys:
+    return Keys(f"GL{secrets.token_hex(9).upper()}", secrets.token_urlsafe(30))
+
+
+def _write_private(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
 def keys(state_dir: Path) -> Keys:
     """The root user's keys, made on first use and kept (0600)."""
     path = folder(state_dir) / "credentials.json"
@@ -69,16 +86,69 @@ def keys(state_dir: Path) -> Keys:
         return Keys(str(doc["accessKey"]), str(doc["secretKey"]))
     except (OSError, ValueError, KeyError):
         pass
-    made = Keys(f"GL{secrets.token_hex(9).upper()}", secrets.token_urlsafe(30))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.write_text(json.dumps({"accessKey": made.access_key, "secretKey": made.secret_key}))
+    made = _new_keys()
+    _write_private(path, {"accessKey": made.access_key, "secretKey": made.secret_key})
     return made
+
+
+def iam_dir(state_dir: Path) -> Path:
+    """versitygw's internal IAM: its users (the roles' keys), users.json."""
+    return folder(state_dir) / "iam"
+
+
+def _access_path(state_dir: Path) -> Path:
+    return folder(state_dir) / "access.json"
+
+
+def _kept(state_dir: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(_access_path(state_dir).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def role_keys(state_dir: Path, role: store_access.Role) -> Keys:
+    """The keys of `role`, made on first use and kept (0600) with the model a training run
+    fine-tunes and the revision it writes; a run keeps its keys while these change, its
+    rights follow (store_admin.converge writes them)."""
+    doc = _kept(state_dir)
+    entry = doc.get(role.name)
+    model, revision = store_access.model_of(role)
+    covers = {"model": model, "revision": revision}
+    if isinstance(entry, dict) and "access" in entry and "secret" in entry:
+        if {k: entry.get(k) for k in covers} != covers:
+            _write_private(_access_path(state_dir), {**doc, role.name: {**entry, **covers}})
+        return Keys(str(entry["access"]), str(entry["secret"]))
+    made = _new_keys()
+    entry = {"access": made.access_key, "secret": made.secret_key, **covers}
+    _write_private(_access_path(state_dir), {**doc, role.name: entry})
+    return made
+
+
+def accounts(state_dir: Path) -> list[tuple[Keys, store_access.Role]]:
+    """Every kept role's keys and role (serving and host made if missing); a kept name this
+    gridloop does not know gets no rights."""
+    role_keys(state_dir, store_access.serving())
+    role_keys(state_dir, store_access.host())
+    out = []
+    for name, entry in sorted(_kept(state_dir).items()):
+        model, revision = entry.get("model"), entry.get("revision")
+        try:
+            role = store_access.role_of(
+                name,
+                model if isinstance(model, str) else None,
+                revision if isinstance(revision, str) else None,
+            )
+        except ValueError:
+            continue
+        out.append((Keys(str(entry["access"]), str(entry["secret"])), role))
+    return out
 
 
 def argv(binary: Path, port: int, data_dir: Path, every_address: bool) -> list[str]:
     """versitygw on loopback, or (container nodes: pods read it) every address behind the
-    host guard; keys come from env()."""
+    host guard; keys come from env(), users from its internal IAM beside the data."""
     listen = "0.0.0.0" if every_address else LOOPBACK
     return [
         str(binary),
@@ -88,6 +158,8 @@ def argv(binary: Path, port: int, data_dir: Path, every_address: bool) -> list[s
         REGION,
         "--health",
         HEALTH_PATH,
+        "--iam-dir",
+        str(data_dir.parent / "iam"),
         "--quiet",
         "posix",
         str(data_dir),
@@ -100,7 +172,9 @@ def env(state_dir: Path) -> dict[str, str]:
 
 
 def prepare(state_dir: Path) -> None:
-    """The data folder and one directory per bucket (the POSIX backend's buckets)."""
+    """The data folder and one directory per bucket (the POSIX backend's buckets), and
+    the IAM's folder."""
+    iam_dir(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     for bucket in BUCKETS:
         (data(state_dir) / bucket).mkdir(parents=True, exist_ok=True)
 
@@ -120,8 +194,9 @@ def health_url(port: int) -> str:
 
 
 def shell_env(state_dir: Path, port: int) -> dict[str, str]:
-    """What `gridloop local env` exports so S3 clients on the host reach the store."""
-    k = keys(state_dir)
+    """What `gridloop local env` exports so S3 clients on the host reach the store: the
+    host role's keys (store_access.host), not the root's."""
+    k = role_keys(state_dir, store_access.host())
     return {
         "AWS_ENDPOINT_URL": host_url(port),
         "AWS_ACCESS_KEY_ID": k.access_key,
@@ -131,21 +206,31 @@ def shell_env(state_dir: Path, port: int) -> dict[str, str]:
     }
 
 
-def secret_object(state_dir: Path, namespace: str) -> dict[str, Any]:
-    """The Secret a model's `credentialsSecret` names: AWS_* keys as the Run:ai streamer
-    and boto3 read them (loaded with envFrom), the endpoint not among them (it is the
-    model's `s3.endpoint`)."""
-    k = keys(state_dir)
+def key_env(k: Keys) -> dict[str, str]:
+    """A role's keys as the Run:ai streamer, boto3 and `kubectl --from-env-file` read them."""
+    return {
+        "AWS_ACCESS_KEY_ID": k.access_key,
+        "AWS_SECRET_ACCESS_KEY": k.secret_key,
+        "AWS_DEFAULT_REGION": REGION,
+    }
+
+
+def secret_object(
+    state_dir: Path,
+    namespace: str,
+    role: store_access.Role | None = None,
+    name: str = SECRET,
+) -> dict[str, Any]:
+    """A Secret of `role`'s keys (default: serving, the Secret a model's
+    `credentialsSecret` names), loaded with envFrom; the endpoint is not among them (it is
+    the model's `s3.endpoint`)."""
+    k = role_keys(state_dir, role or store_access.serving())
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": SECRET, "namespace": namespace, "labels": LABELS},
+        "metadata": {"name": name, "namespace": namespace, "labels": LABELS},
         "type": "Opaque",
-        "stringData": {
-            "AWS_ACCESS_KEY_ID": k.access_key,
-            "AWS_SECRET_ACCESS_KEY": k.secret_key,
-            "AWS_DEFAULT_REGION": REGION,
-        },
+        "stringData": key_env(k),
     }
 
 
