@@ -76,6 +76,7 @@ class Bench:
         state = load(state_dir)
         if state is None:
             raise SystemExit(f"--state-dir {state_dir}: no local cluster there")
+        self.state = state
         os.environ["KUBECONFIG"] = str(state.kubeconfig)
         self.api = kube.api_client(state.kubeconfig)
         self.core = client.CoreV1Api(self.api)
@@ -93,6 +94,7 @@ class Bench:
         config_map, job = ray_jobs.example()
         name = f"bench-train-{index}"
         job = ray_jobs.renamed(job, name)
+        ray_jobs.run_keys(self.api, self.state.dir, self.state.ports.object_store, TEAM, name)
         ray_jobs.apply(self.api, TEAM, config_map)
         had_image = self.node_has_ray_image()
         t0 = time.monotonic()

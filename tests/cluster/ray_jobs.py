@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -15,6 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from examples import example
 from gridloop import versions
+from gridloop.local.addons import object_store, store_access, store_admin
 
 EXAMPLE = example("training/rayjob.yaml")
 TEAM_NAMESPACE = "team-default"  # the local profile's one team
@@ -32,14 +34,34 @@ def example() -> tuple[Doc, Doc]:
 
 
 def renamed(rayjob: Doc, name: str) -> Doc:
-    """The RayJob under another name, writing its checkpoint under that name."""
+    """The RayJob under another name, writing its checkpoint under that name with the
+    keys of that run (the Secret `<name>-s3`: run_keys makes it)."""
     out = copy.deepcopy(rayjob)
     out["metadata"]["name"] = name
     head = out["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     for env in head.get("env", []):
         if env["name"] == "CHECKPOINT_URI":
             env["value"] = f"s3://checkpoints/{name}/"
+    for source in head.get("envFrom", []):
+        if "secretRef" in source:
+            source["secretRef"]["name"] = f"{name}-s3"
     return out
+
+
+def run_keys(api: client.ApiClient, state_dir: Path, port: int, namespace: str, name: str) -> None:
+    """Run `name`'s own store keys (`gridloop local store-key training --run NAME`) as the
+    Secret `<name>-s3` its renamed RayJob reads: another run's keys may not write its
+    checkpoint."""
+    role = store_access.training(name)
+    store_admin.mint(state_dir, port, role)
+    secret = object_store.secret_object(state_dir, namespace, role, f"{name}-s3")
+    core = client.CoreV1Api(api)
+    try:
+        core.delete_namespaced_secret(secret["metadata"]["name"], namespace)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    core.create_namespaced_secret(namespace, secret)
 
 
 def apply(api: client.ApiClient, namespace: str, doc: Doc) -> Doc:

@@ -235,6 +235,9 @@ def test_a_second_rayjob_waits_whole_until_the_first_finishes(
     ray_jobs.apply(api, NS, config_map)
     first, second = (ray_jobs.renamed(job, n) for n in ("gang-first", "gang-second"))
     names = [first["metadata"]["name"], second["metadata"]["name"]]
+    state = local_cluster.state
+    for name in names:  # each run writes its own checkpoint with its own keys
+        ray_jobs.run_keys(api, state.dir, state.ports.object_store, NS, name)
     try:
         ray_jobs.apply(api, NS, first)
         eventually(

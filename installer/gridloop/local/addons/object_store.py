@@ -26,8 +26,12 @@ the learning loop).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,10 +76,15 @@ def _new_keys() -> Keys:
 
 
 def _write_private(path: Path, doc: Any) -> None:
+    """`doc` as JSON at `path`, 0600 from the start, replaced whole (a reader never sees
+    half of it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.chmod(0o600)
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    part = path.with_name(f".{path.name}.part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(json.dumps(doc, indent=1, sort_keys=True))
+    os.replace(part, path)
 
 
 def keys(state_dir: Path) -> Keys:
@@ -108,22 +117,37 @@ def _kept(state_dir: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+@contextmanager
+def _access_lock(state_dir: Path) -> Iterator[None]:
+    """One writer of access.json at a time (two loops minting their runs' keys at once)."""
+    path = folder(state_dir) / "access.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def role_keys(state_dir: Path, role: store_access.Role) -> Keys:
     """The keys of `role`, made on first use and kept (0600) with the model a training run
     fine-tunes and the revision it writes; a run keeps its keys while these change, its
     rights follow (store_admin.converge writes them)."""
-    doc = _kept(state_dir)
-    entry = doc.get(role.name)
     model, revision = store_access.model_of(role)
     covers = {"model": model, "revision": revision}
-    if isinstance(entry, dict) and "access" in entry and "secret" in entry:
-        if {k: entry.get(k) for k in covers} != covers:
-            _write_private(_access_path(state_dir), {**doc, role.name: {**entry, **covers}})
-        return Keys(str(entry["access"]), str(entry["secret"]))
-    made = _new_keys()
-    entry = {"access": made.access_key, "secret": made.secret_key, **covers}
-    _write_private(_access_path(state_dir), {**doc, role.name: entry})
-    return made
+    with _access_lock(state_dir):
+        doc = _kept(state_dir)
+        entry = doc.get(role.name)
+        if isinstance(entry, dict) and "access" in entry and "secret" in entry:
+            if {k: entry.get(k) for k in covers} != covers:
+                doc[role.name] = {**entry, **covers}
+                _write_private(_access_path(state_dir), doc)
+            return Keys(str(entry["access"]), str(entry["secret"]))
+        made = _new_keys()
+        doc[role.name] = {"access": made.access_key, "secret": made.secret_key, **covers}
+        _write_private(_access_path(state_dir), doc)
+        return made
 
 
 def accounts(state_dir: Path) -> list[tuple[Keys, store_access.Role]]:
