@@ -35,11 +35,31 @@ class Component:
     image: str = ""
     # a PyPI project, for components installed from wheels (the heavy images' locks)
     pypi: str = ""
+    # the sha256 of what `release` downloads; a release without one is not downloaded
+    sha256: str = ""
+    # a release no registry here serves, read from a mirror folder (`--mirror DIR`): the
+    # archive's file name there ({version}, {bare}), its sha256, and the chart's folder
+    # inside it
+    mirror: str = ""
+    mirror_sha256: str = ""
+    mirror_chart: str = ""
+
+    def _filled(self, template: str) -> str:
+        return template.format(version=self.version, bare=self.version.lstrip("v"))
 
     @property
     def release_url(self) -> str:
         """`release` with the version filled in ("" when there is none)."""
-        return self.release.format(version=self.version, bare=self.version.lstrip("v"))
+        return self._filled(self.release)
+
+    @property
+    def mirror_name(self) -> str:
+        """`mirror` with the version filled in ("" when there is none)."""
+        return self._filled(self.mirror)
+
+    @property
+    def mirror_chart_path(self) -> str:
+        return self._filled(self.mirror_chart)
 
     @property
     def image_ref(self) -> str:
@@ -86,6 +106,10 @@ def load() -> dict[str, Component]:
             image=str(spec.get("image", "")),
             sum=str(spec.get("sum", "")),
             pypi=str(spec.get("pypi", "")),
+            sha256=str(spec.get("sha256", "")),
+            mirror=str(spec.get("mirror", "")),
+            mirror_sha256=str(spec.get("mirror_sha256", "")),
+            mirror_chart=str(spec.get("mirror_chart", "")),
         )
     return out
 

@@ -7,7 +7,8 @@ bundle leaves the output folder as it was. The bundle owns `<out>/gridloop/`
 is touched.
 
 Where a component comes from, first match wins: `--mirror DIR/<component>/`,
-the rendering cache, then its upstream source. A rendering gets its released
+the rendering cache, then its upstream source (a release archive the mirror holds,
+checked against its pinned sha256, before a download). A rendering gets its released
 image pinned; every origin, mirrors included, gets the edits that tie the
 component to the chart (adjustments.integrate), since a mirror holds the same
 release files for a machine that cannot download them.
@@ -188,9 +189,19 @@ def obtain(source: Source, comp: Component, mirror: Path | None) -> Obtained:
     label = fetching.label(comp)
     try:
         paths = fetching.mirror_files(mirror, comp.name) if mirror is not None else []
+        archive = None
+        if mirror is not None and not paths:
+            archive = fetching.mirror_archive(mirror, comp)
         if paths:
             origin = "mirror"
             docs = [d for path in paths for d in manifests.parse(_read(path), str(path))]
+        elif archive is not None:
+            # a release archive in the mirror, checked against its pin each time and
+            # rendered each time (about a second), never cached: a later bundle without
+            # the mirror must not find it in the cache
+            origin = "mirror"
+            rendered = fetching.render(source, comp, archive)
+            docs = pin(source, comp, manifests.parse(rendered, f"{comp.name} rendering"))
         else:
             origin, text = "cached", caching.read(source, comp)
             if text is None:

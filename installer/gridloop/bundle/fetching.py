@@ -6,7 +6,10 @@
 - a Go module's release files (agent-sandbox): the same download, then the
   files its release script concatenates, in that order;
 - a release file: downloaded from the URL pinned in versions.yaml;
-- a release chart (KAITO): downloaded, then `helm template` with the user's helm;
+- a release chart (KAITO): downloaded once versions.yaml pins its sha256 and checked
+  against it, or its source release read from a mirror folder (`--mirror DIR` holding
+  the archive versions.yaml names, checked against its sha256), then `helm template`
+  with the user's helm;
 - a mirror folder (`--mirror DIR`): `DIR/<component>/*.yaml`, read as they are.
 
 Every failure is one line naming the component and what to do. The release
@@ -16,8 +19,10 @@ module path goes through the Go module proxy, which such machines may reach.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
+import tarfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,7 +30,7 @@ from pathlib import Path
 from gridloop import toolchain
 from gridloop.bundle import caching, modules
 from gridloop.bundle.sources import Kind, Source
-from gridloop.errors import BuildError, GridloopError, Unfetchable
+from gridloop.errors import BuildError, GridloopError, Unfetchable, UsageError
 from gridloop.versions import Component
 
 DOWNLOAD_TIMEOUT = 60.0  # seconds; a release asset is a few MB at most
@@ -36,8 +41,9 @@ def label(comp: Component) -> str:
     return f"{comp.name} {comp.version}"
 
 
-def render(source: Source, comp: Component) -> str:
-    """The upstream rendering of `comp` (not cached here: see caching.py)."""
+def render(source: Source, comp: Component, archive: Path | None = None) -> str:
+    """The upstream rendering of `comp` (not cached here: see caching.py); a release
+    chart from `archive` (mirror_archive's, checked) when there is one."""
     work = caching.folder(comp)
     work.mkdir(parents=True, exist_ok=True)
     log = work / LOG
@@ -46,6 +52,8 @@ def render(source: Source, comp: Component) -> str:
         return _render_go_module(source, comp, work, log)
     if source.kind is Kind.GO_MODULE_FILES:
         return _concatenate_module_files(source, comp, work, log)
+    if archive is not None and source.kind is Kind.HELM_CHART:
+        return _render_chart(source, comp, _chart_from(comp, archive, work), work, log)
     data = download(comp)
     if source.kind is Kind.YAML:
         try:
@@ -65,21 +73,79 @@ def mirror_files(mirror: Path, component: str) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
 
 
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def mirror_archive(mirror: Path, comp: Component) -> Path | None:
+    """`mirror/<comp.mirror_name>` when it is there and its sha256 is the pinned one; None
+    when it is not there; a changed archive is refused, naming both hashes (never left
+    out: a mirror that holds the wrong bytes is not a mirror that lacks them)."""
+    if not comp.mirror_name:
+        return None
+    path = mirror / comp.mirror_name
+    if not path.is_file():
+        return None
+    got = sha256_of(path)
+    if got != comp.mirror_sha256:
+        raise UsageError(
+            f"--mirror {path}: sha256 {got}, but versions.yaml pins {comp.mirror_sha256 or 'none'}"
+            f" for {label(comp)}: refused (a changed or damaged archive)"
+        )
+    return path
+
+
+def _chart_from(comp: Component, archive: Path, work: Path) -> Path:
+    """The chart's folder out of the checked source archive (only that folder, no link
+    and no path outside it: tarfile's data filter)."""
+    inside = comp.mirror_chart_path.strip("/")
+    out = work / "mirror-chart"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    try:
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith(f"{inside}/")]
+            tar.extractall(out, members=members, filter="data")
+    except (tarfile.TarError, OSError) as err:
+        raise BuildError(f"{label(comp)}: cannot read {archive}: {err}") from err
+    chart = out / inside
+    if not (chart / "Chart.yaml").is_file():
+        raise BuildError(f"{label(comp)}: {archive} has no chart at {inside}/")
+    return chart
+
+
 def download(comp: Component) -> bytes:
     # Not exercised by the tests: the machines they run on reach no release host.
     url = comp.release_url
     if not url:
         raise BuildError(f"{label(comp)}: versions.yaml gives no `release` URL to download it from")
+    if not comp.sha256:
+        why = f"versions.yaml pins no sha256 for {url}, so it is not downloaded"
+        raise Unfetchable(f"{label(comp)}: {why}; {_instead(comp)}", why)
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
-            return bytes(response.read())
+            data = bytes(response.read())
     except (urllib.error.URLError, OSError, ValueError) as err:
         why = f"cannot download {url} ({getattr(err, 'reason', None) or err})"
-        raise Unfetchable(
-            f"{label(comp)}: {why}; put its manifests in DIR/{comp.name}/*.yaml and pass "
-            f"--mirror DIR, or leave it out with --skip {comp.name}",
-            why,
-        ) from err
+        raise Unfetchable(f"{label(comp)}: {why}; {_instead(comp)}", why) from err
+    got = hashlib.sha256(data).hexdigest()
+    if got != comp.sha256:
+        raise BuildError(
+            f"{label(comp)}: {url} has sha256 {got}, but versions.yaml pins {comp.sha256}: refused"
+        )
+    return data
+
+
+def _instead(comp: Component) -> str:
+    held = f"its release archive {comp.mirror_name} or " if comp.mirror_name else ""
+    return (
+        f"pass --mirror DIR with {held}its manifests in DIR/{comp.name}/*.yaml, "
+        f"or leave it out with --skip {comp.name}"
+    )
 
 
 def _run(cmd: list[str], cwd: Path, log: Path, env: dict[str, str] | None, what: str) -> str:
@@ -142,7 +208,7 @@ def _render_go_module(source: Source, comp: Component, work: Path, log: Path) ->
 
 
 def _render_chart(source: Source, comp: Component, chart: Path, work: Path, log: Path) -> str:
-    # Not exercised by the tests: the chart comes from a download (see download()).
+    """`helm template` of a chart archive or folder (a mirror's: the tests render KAITO's)."""
     helm = _tool("helm", comp)
     home = work / "helm-home"
     shutil.rmtree(home, ignore_errors=True)

@@ -75,6 +75,8 @@ class Source:
     def fingerprint(self, comp: Component) -> str:
         """What the raw rendering depends on: a cached rendering with another is redone."""
         parts = [comp.version, comp.module, comp.release, self.kind.value, self.kustomize]
+        if comp.sha256 or comp.mirror_sha256:  # what a download or a mirror is checked by
+            parts += [comp.sha256, comp.mirror_sha256, comp.mirror_chart]
         parts += self.module_files
         parts += [self.chart_release, self.chart_namespace]
         return "|".join(parts)

@@ -1,0 +1,108 @@
+"""KAITO in the bundle from a mirror of its release: the source archive (KAITO v0.12.0,
+github.com/kaito-project/kaito) read from a folder, checked against the sha256
+versions.yaml pins, its chart `helm template`d; a changed archive is refused naming both
+hashes, and a download without a pinned hash is refused naming the ways around it.
+
+The archive is the project's mirror (../shared/upstream/, or $GRIDLOOP_UPSTREAM_MIRROR);
+without it these tests fail, never skip. helm is the one `gridloop local build` makes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gridloop import versions
+from gridloop.local.build import building
+
+pytestmark = pytest.mark.needs_binaries("helm")
+ROOT = Path(__file__).resolve().parents[2]
+OTHERS = [flag for c in ("kueue", "kuberay", "agent-sandbox") for flag in ("--skip", c)]
+
+
+def upstream_mirror() -> Path:
+    """The folder of upstream releases no registry here serves (its README lists them)."""
+    for candidate in (
+        os.environ.get("GRIDLOOP_UPSTREAM_MIRROR", ""),
+        ROOT.parent / "shared" / "upstream",
+        Path("/work/shared/upstream"),
+    ):
+        if candidate and (Path(candidate) / "README.md").is_file():
+            return Path(candidate)
+    pytest.fail("no upstream mirror: set GRIDLOOP_UPSTREAM_MIRROR to ../shared/upstream")
+
+
+def env(tmp_path: Path) -> dict[str, str]:
+    """A private rendering cache, and the built helm first on PATH (as a user's own)."""
+    helm = building.binary("helm").parent
+    return dict(
+        os.environ, GRIDLOOP_CACHE=str(tmp_path / "cache"), PATH=f"{helm}:{os.environ['PATH']}"
+    )
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+def test_the_mirrors_archive_is_checked_and_kaitos_chart_is_bundled(tmp_path, gridloop):
+    kaito = versions.get("kaito")
+    out = tmp_path / "dist"
+
+    done = gridloop(
+        "bundle", "--mirror", str(upstream_mirror()), "--out", str(out), *OTHERS,
+        env=env(tmp_path),
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert f"kaito {kaito.version}                mirror (" in done.stdout
+    crds = [d for d in yaml.safe_load_all((out / "gridloop/crds/kaito.yaml").read_text()) if d]
+    assert "workspaces.kaito.sh" in {d["metadata"]["name"] for d in crds}
+    controller = f"mcr.microsoft.com/aks/kaito/workspace:{kaito.version.lstrip('v')}"
+    assert controller in (out / "images.txt").read_text().split()
+    # rendered from the mirror, never cached: a bundle without it must not find it there
+    assert not list((tmp_path / "cache").rglob("rendered.yaml"))
+
+
+def test_a_changed_archive_is_refused_naming_both_hashes_and_nothing_is_written(tmp_path, gridloop):
+    kaito = versions.get("kaito")
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    changed = mirror / kaito.mirror_name
+    shutil.copyfile(upstream_mirror() / kaito.mirror_name, changed)
+    with changed.open("ab") as fh:
+        fh.write(b"\0")
+    out = tmp_path / "dist"
+
+    done = gridloop(
+        "bundle", "--mirror", str(mirror), "--out", str(out), *OTHERS, env=env(tmp_path)
+    )
+
+    assert done.returncode == 2
+    line = one_line(done.stderr)
+    assert line.startswith(f"error: --mirror {changed}: sha256 ")
+    assert line.endswith(
+        f"but versions.yaml pins {kaito.mirror_sha256} for kaito {kaito.version}: refused "
+        "(a changed or damaged archive)"
+    )
+    assert not out.exists()
+
+
+def test_without_the_mirror_kaitos_chart_is_not_downloaded_unchecked(tmp_path, gridloop):
+    kaito = versions.get("kaito")
+    assert kaito.sha256 == ""  # no machine of the project can read the published chart's
+
+    done = gridloop("bundle", "--out", str(tmp_path / "dist"), *OTHERS, env=env(tmp_path))
+
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        f"error: kaito {kaito.version}: versions.yaml pins no sha256 for {kaito.release_url}, "
+        f"so it is not downloaded; pass --mirror DIR with its release archive "
+        f"{kaito.mirror_name} or its manifests in DIR/kaito/*.yaml, or leave it out with "
+        "--skip kaito"
+    )
