@@ -294,7 +294,10 @@ def test_a_models_credentials_secret_that_does_not_exist_fails_naming_the_key() 
     assert missing.detail == (
         "inference.models[0].credentialsSecret: Secret gridloop-system/models-s3 does not exist"
     )
-    assert "kubectl -n gridloop-system create secret generic models-s3" in missing.fix
+    assert "kubectl -n gridloop-system create secret generic models-s3 --from-env-file=FILE" in (
+        missing.fix
+    )
+    assert "--from-literal" not in missing.fix  # keys on a command line land in shell history
 
 
 def test_an_existing_secret_or_none_named_passes_and_an_unreadable_one_warns() -> None:

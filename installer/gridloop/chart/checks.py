@@ -326,9 +326,11 @@ def secrets(observed: Observed, planned: Planned) -> Check:
             name,
             Status.FAIL,
             f"{planned.secrets[first]}: Secret {planned.namespace}/{first} does not exist",
-            f"create it before installing (kubectl -n {planned.namespace} create secret "
-            f"generic {first} --from-literal=AWS_ACCESS_KEY_ID=... "
-            "--from-literal=AWS_SECRET_ACCESS_KEY=...); the chart never holds the keys",
+            f"create it before installing from a file of AWS_ACCESS_KEY_ID=... and "
+            f"AWS_SECRET_ACCESS_KEY=... lines (kubectl -n {planned.namespace} create secret "
+            f"generic {first} --from-env-file=FILE; on the local cluster `gridloop local "
+            "store-key serving --env-file FILE` writes one), never keys on a command line; "
+            "the chart never holds the keys",
             items=tuple(missing),
         )
     return Check(name, Status.PASS, f"{few(sorted(planned.secrets))} exist in {planned.namespace}")
