@@ -106,3 +106,39 @@ def test_without_the_mirror_kaitos_chart_is_not_downloaded_unchecked(tmp_path, g
         f"{kaito.mirror_name} or its manifests in DIR/kaito/*.yaml, or leave it out with "
         "--skip kaito"
     )
+
+
+def test_render_and_install_assemble_with_the_mirror_when_asked(tmp_path, monkeypatch):
+    """`--mirror` on render, install, doctor and upgrade: the bundle they assemble has
+    what the mirror holds, in a cache entry of its own (the others' manifests are the
+    bundle tests' stand-ins, KAITO's the real archive)."""
+    from test_bundle_command import _mirror
+
+    from gridloop.bundle import assembling, charting
+    from gridloop.chart import locating
+
+    with_helm = env(tmp_path)["PATH"]  # the built helm, found before the cache moves
+    monkeypatch.setenv("GRIDLOOP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", with_helm)
+    versions.load.cache_clear()
+    kaito = versions.get("kaito")
+    mirror = _mirror(tmp_path / "mirror", ("kueue", "kuberay", "agent-sandbox"))
+    (mirror / kaito.mirror_name).symlink_to(upstream_mirror() / kaito.mirror_name)
+
+    chart = locating.chart_folder(None, mirror=mirror)
+
+    assert (chart / "upstream" / "kaito" / "kaito.yaml").is_file()
+    repo = charting.REPO_CHART
+    assert assembling.key(repo, mirror) != assembling.key(repo)  # never taken for the other
+
+
+def test_mirror_with_a_chart_given_is_refused_in_one_line(tmp_path, gridloop):
+    done = gridloop(
+        "render", "--chart", str(tmp_path), "--mirror", str(tmp_path), env=env(tmp_path)
+    )
+
+    assert done.returncode == 2
+    assert one_line(done.stderr) == (
+        "error: --mirror and --chart: --mirror is for the bundle gridloop assembles itself; "
+        "a chart given is used as it is"
+    )

@@ -668,7 +668,7 @@ def test_without_a_bundle_in_dist_the_packages_chart_is_bundled(
     monkeypatch.chdir(tmp_path)
     assembled = tmp_path / "cache" / "bundles" / "gridloop-0.1.0-k" / "gridloop"
     monkeypatch.setattr(
-        assembling, "assemble", lambda say: assembling.Assembled(assembled, {}, reused=True)
+        assembling, "assemble", lambda say, mirror=None: assembling.Assembled(assembled, {}, True)
     )
     assert locating.chart_folder(None) == assembled
     (tmp_path / "dist" / "gridloop").mkdir(parents=True)

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop import paths, versions
-from gridloop.bundle import bundling, charting, manifests
+from gridloop.bundle import bundling, charting, fetching, manifests
 from gridloop.bundle.sources import SOURCES
+from gridloop.errors import UsageError
 
 STAMP = ".complete"  # written into a bundle folder that has every component
 
@@ -40,9 +41,10 @@ class Assembled:
     reused: bool  # found complete in the cache
 
 
-def key(chart: Path) -> str:
+def key(chart: Path, mirror: Path | None = None) -> str:
     """What the bundle is made of: every file of the chart (path and bytes, links
-    followed) and each upstream component's rendering fingerprint."""
+    followed), each upstream component's rendering fingerprint and, with a mirror, what
+    the mirror holds for each (its manifests' bytes, its release archive's pinned hash)."""
     digest = hashlib.sha256()
     for path in sorted(p for p in chart.rglob("*") if p.is_file()):
         rel = path.relative_to(chart).as_posix()
@@ -50,7 +52,13 @@ def key(chart: Path) -> str:
             continue  # what an earlier bundle wrote into the source: not copied either
         digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     for source in SOURCES:
-        digest.update(source.fingerprint(versions.get(source.component)).encode() + b"\0")
+        comp = versions.get(source.component)
+        digest.update(source.fingerprint(comp).encode() + b"\0")
+        if mirror is not None:
+            for path in fetching.mirror_files(mirror, comp.name):
+                digest.update(b"mirror\0" + path.read_bytes() + b"\0")
+            if fetching.mirror_archive(mirror, comp) is not None:  # checked: refused if changed
+                digest.update(f"archive\0{comp.mirror_sha256}\0".encode())
     return digest.hexdigest()[:16]
 
 
@@ -58,17 +66,22 @@ def folder(chart: charting.Chart, made_of: str) -> Path:
     return paths.cache_root() / "bundles" / f"{chart.name}-{chart.version}-{made_of}"
 
 
-def assemble(say: Say) -> Assembled:
-    """The package's chart, bundled (from the cache when a complete one is there)."""
+def assemble(say: Say, mirror: Path | None = None) -> Assembled:
+    """The package's chart, bundled (from the cache when a complete one is there), with
+    what `mirror` holds (`--mirror DIR`, as `gridloop bundle` reads it)."""
+    if mirror is not None and not mirror.is_dir():
+        raise UsageError(f"--mirror {mirror}: no such directory")
     chart = charting.read(charting.REPO_CHART)
-    where = folder(chart, key(chart.folder))
+    where = folder(chart, key(chart.folder, mirror))
     if (where / STAMP).is_file():
         return Assembled(where / "gridloop", {}, reused=True)
     say(f"assembling the bundle for {chart.name} {chart.version} in {where}")
     where.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{where.name}-", dir=where.parent))
     try:
-        request = bundling.Request(out=work, chart=chart.folder, leave_out_unfetchable=True)
+        request = bundling.Request(
+            out=work, chart=chart.folder, mirror=mirror, leave_out_unfetchable=True
+        )
         result = bundling.bundle(request, say)
         if not result.left_out:
             (work / STAMP).write_text("")

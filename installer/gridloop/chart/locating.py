@@ -19,14 +19,22 @@ DEFAULT_BUNDLE = paths.DEFAULT_BUNDLE
 PROFILES = "profiles"
 
 
-def chart_folder(flag: Path | None, say: Callable[[str], None] = lambda _m: None) -> Path:
+def chart_folder(
+    flag: Path | None, say: Callable[[str], None] = lambda _m: None, mirror: Path | None = None
+) -> Path:
     """`--chart`, else ./dist/gridloop when a bundle is there, else the package's chart
-    bundled into the cache (bundle/assembling.py; what it left out is said)."""
+    bundled into the cache (bundle/assembling.py; what it left out is said). `--mirror`
+    asks for the last, with what the mirror holds (./dist is then not used)."""
     if flag is not None:
+        if mirror is not None:
+            raise UsageError(
+                "--mirror and --chart: --mirror is for the bundle gridloop "
+                "assembles itself; a chart given is used as it is"
+            )
         if not (flag / "Chart.yaml").is_file():
             raise UsageError(f"--chart {flag}: no Chart.yaml there")
         return flag
-    if (DEFAULT_BUNDLE / "Chart.yaml").is_file():
+    if mirror is None and (DEFAULT_BUNDLE / "Chart.yaml").is_file():
         return DEFAULT_BUNDLE
     from gridloop.bundle import assembling, charting  # here: `status` needs only kubeconfig()
 
@@ -34,7 +42,7 @@ def chart_folder(flag: Path | None, say: Callable[[str], None] = lambda _m: None
         raise UsageError(
             f"no chart: run `gridloop bundle` (writes {DEFAULT_BUNDLE}) or pass --chart DIR"
         )
-    assembled = assembling.assemble(say)
+    assembled = assembling.assemble(say, mirror)
     if assembled.left_out:
         names = ", ".join(assembled.left_out)
         say(

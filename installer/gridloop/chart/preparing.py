@@ -69,6 +69,13 @@ def chart_flags(p: argparse.ArgumentParser) -> None:
         help=f"the chart (default: ./{locating.DEFAULT_BUNDLE} if `gridloop bundle` wrote "
         "it there, else the package's chart bundled into the cache, fetching what it can)",
     )
+    p.add_argument(
+        "--mirror",
+        type=Path,
+        metavar="DIR",
+        help="bundle the package's chart with what DIR holds, as `gridloop bundle --mirror` "
+        "reads it (DIR/<component>/*.yaml, or a release archive versions.yaml pins by hash)",
+    )
     release_flags(p)
 
 
@@ -133,11 +140,13 @@ def request(args: argparse.Namespace) -> rendering.Request:
     check_release(args)
     bundle = getattr(args, "bundle", None)
     if bundle is not None:
-        if args.chart is not None:
-            raise UsageError("--bundle and --chart: give one of them")
+        if args.chart is not None or getattr(args, "mirror", None) is not None:
+            raise UsageError("--bundle and --chart or --mirror: give one of them")
         chart = bundles.unpack(bundle)
     else:
-        chart = locating.chart_folder(args.chart, say=_to_stderr)
+        chart = locating.chart_folder(
+            args.chart, say=_to_stderr, mirror=getattr(args, "mirror", None)
+        )
     return rendering.Request(
         chart=chart,
         profile=locating.profile_file(chart, args.profile),
