@@ -606,12 +606,17 @@ def training_role_of(run: str, base_uri: str, output_uri: str) -> Any:
 def _minted_secret(
     state_dir: Path, s: Settings, base_uri: str, output_uri: str, name: str
 ) -> dict[str, Any]:
-    from gridloop.local.addons import object_store, store_admin
+    from gridloop.local.addons import object_store, store_access, store_admin
     from gridloop.local.state import load
 
     state = load(state_dir)
     if state is None or object_store.PROCESS not in state.components:
         raise LoopError(f"--secret: the local cluster in {state_dir} runs no object store")
+    if s.bucket != store_access.LOOP:
+        raise LoopError(
+            f"--bucket {s.bucket}: the local store's training keys read trajectories from "
+            f"s3://{store_access.LOOP}/<run>/ only (the one trajectories bucket `local up` makes)"
+        )
     role = training_role_of(s.run, base_uri, output_uri)
     keys = store_admin.mint(state_dir, state.ports.object_store, role)
     secret = object_store.secret_object(state_dir, s.team_namespace, role, name)

@@ -157,6 +157,8 @@ def accounts(state_dir: Path) -> list[tuple[Keys, store_access.Role]]:
     role_keys(state_dir, store_access.host())
     out = []
     for name, entry in sorted(_kept(state_dir).items()):
+        if not isinstance(entry, dict) or not {"access", "secret"} <= set(entry):
+            continue  # not an entry this gridloop wrote: no user, no rights
         model, revision = entry.get("model"), entry.get("revision")
         try:
             role = store_access.role_of(
