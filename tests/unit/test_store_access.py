@@ -138,3 +138,17 @@ def test_on_a_cluster_not_local_a_missing_training_secret_is_named_with_what_it_
         "which read s3://loop/demo/ and s3://models/tiny/r1/ and write "
         "s3://models/tiny/demo-1/ (docs/loop.md)"
     )
+
+
+def test_a_store_that_does_not_answer_is_named_in_one_line(tmp_path):
+    import socket
+
+    from gridloop.local.addons import store_admin
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UsageError) as err:
+        store_admin.converge(tmp_path, port)
+    assert str(err.value).startswith(f"object store: cannot reach http://127.0.0.1:{port} (")
+    assert str(err.value).endswith("is the local cluster running (`gridloop local status`)?")

@@ -52,6 +52,12 @@ def create_user(endpoint: str, root: object_store.Keys, keys: object_store.Keys)
         if err.code == 409 or "UserAlreadyExists" in said or "already exists" in said:
             return False
         raise UsageError(f"object store: create-user answered {err.code}: {said[:300]}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", None) or err
+        raise UsageError(
+            f"object store: cannot reach {endpoint} ({reason}): is the local cluster running "
+            "(`gridloop local status`)?"
+        ) from None
 
 
 def put_policies(
