@@ -10,6 +10,9 @@ from __future__ import annotations
 # where `gridloop install` puts the release when no --namespace/--release is given
 DEFAULT_NAMESPACE = "gridloop-system"
 DEFAULT_RELEASE = "gridloop"
+# a learning-loop run's name: a path segment in three buckets and a label value (1-40 of
+# a-z, 0-9 and '-', a letter or digit at each end); the loop and the store's keys check it
+RUN_NAME = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 # the Prometheus job of the DCGM exporters (the chart's ServiceMonitor, the local
 # cluster's scrape config): the health service and the status view read its `up`
 EXPORTER_JOB = "dcgm-exporter"

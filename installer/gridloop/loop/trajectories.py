@@ -20,8 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gridloop import names
+
 SPLITS = ("train", "heldout")
-_RUN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+_RUN = re.compile(names.RUN_NAME)
 # what every stored line must carry for training and summaries to read it
 REQUIRED = ("task_id", "split", "attempt", "revision", "prompt", "completion", "reward")
 

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gridloop import names
+
 MODELS, LOOP, CHECKPOINTS = "models", "loop", "checkpoints"
 BUCKETS = (MODELS, CHECKPOINTS, LOOP)
 READ = ("s3:GetObject",)
@@ -36,8 +38,8 @@ WRITE = ("s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts
 DELETE = ("s3:DeleteObject",)
 LIST = ("s3:ListBucket",)
 SERVING, HOST, TRAINING = "serving", "host", "training"
-# a run's name as the loop checks it (a DNS label): it is a prefix in three buckets
-_RUN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?$")
+# a run's name as the loop checks it: it is a prefix in three buckets
+_RUN = re.compile(names.RUN_NAME)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def model_of(role: Role) -> tuple[str | None, str | None]:
 def check_run(run: str) -> None:
     if not _RUN.match(run):
         raise ValueError(
-            f"run: {run!r} must be a DNS label (lower-case letters, digits and '-', at most 52)"
+            f"run: {run!r} must be a DNS label (lower-case letters, digits and '-', at most 40)"
         )
 
 
@@ -149,8 +151,8 @@ def bucket_policies(accounts: Iterable[tuple[str, Role]]) -> dict[str, dict[str,
 
 
 def allowed(role: Role, bucket: str, key: str, action: str) -> bool:
-    """What the policies allow `role` (the same rules, for tests and `--explain`-style
-    messages): `action` is read, write or delete."""
+    """What the policies allow `role`, read from its grants as the statements are made
+    (the unit tests' reading of a role): `action` is read, write or delete."""
     return any(
         g.bucket == bucket and key.startswith(g.prefix) and getattr(g, action) for g in role.grants
     )
