@@ -149,6 +149,21 @@ def test_a_missing_secret_and_a_pull_failure_say_the_kubelets_words():
         )
 
 
+KUBELET_SYNC = "failed to sync secret cache: timed out waiting for the condition"
+
+
+def test_a_secret_the_kubelet_has_not_synced_yet_is_starting_not_stuck():
+    """Seen in CI: a Secret created a second before the pod; the kubelet's next sync reads it."""
+    syncing = {"reason": "CreateContainerConfigError", "message": KUBELET_SYNC}
+    status = {"containerStatuses": [{"state": {"waiting": syncing}, "restartCount": 0}]}
+    assert rollouts.pod_reason(pod("r2", **status), "s3://m/") == ""
+    r = rollouts.rollout(
+        deployment(2), [replica_set("r1", 1, 1, 1), replica_set("r2", 2, 1, 0)], [pod("r2", **status)]
+    )
+    assert (r.stuck, r.hopeless) == ("", False)
+    assert r.summary() == "r1 (1/1 ready) serves; r2 is starting (0/1 ready)"
+
+
 def test_a_server_running_again_after_a_crash_is_still_stuck_and_oom_is_named():
     again = crashing(NO_FILES, restarts=2)
     again["containerStatuses"][0]["state"] = {"running": {}}
@@ -272,6 +287,8 @@ def test_a_wait_gives_up_only_on_what_no_restart_fixes() -> None:
     assert hopeless(**waiting("CreateContainerConfigError"))
     assert hopeless(**waiting("InvalidImageName"))
     assert not hopeless(**waiting("ImagePullBackOff"))
+    # ... but not the kubelet's own watch of a Secret made just before the pod: it retries
+    assert not hopeless(**pulling("CreateContainerConfigError", KUBELET_SYNC))
     # ... but not one the registry answered "no such image": only a push fixes that
     assert hopeless(**pulling("ImagePullBackOff", f"Back-off pulling image: {NO_IMAGE}"))
     assert hopeless(**pulling("ErrImagePull", NO_IMAGE))

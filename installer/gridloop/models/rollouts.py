@@ -56,6 +56,11 @@ _BROKEN_WEIGHTS = re.compile(
 )
 # waiting reasons no retry clears: the pod spec itself is wrong
 _WRONG_SPEC = {"InvalidImageName", "CreateContainerConfigError"}
+# ... except the kubelet's own wait for its Secret/ConfigMap watch, which times out when
+# the object was made just before the pod and clears at its next sync (seen in CI:
+# `CreateContainerConfigError: failed to sync secret cache: timed out waiting for the
+# condition` for a Secret created a second earlier)
+_KUBELET_SYNC = re.compile(r"failed to sync (secret|configmap) cache", re.IGNORECASE)
 # a pull the registry answered "no such image" (containerd: `...: <ref>: not found`;
 # a registry's own words: MANIFEST_UNKNOWN, NAME_UNKNOWN): backing off will not make it
 # appear, only a push or another image will. A pull that failed to connect, or was
@@ -184,6 +189,8 @@ def pod_reason(pod: Mapping[str, Any], where: str) -> str:
         crashed = now if now.get("exitCode") else last if last.get("exitCode") else {}
         reason = waiting.get("reason")
         restarts = int(c.get("restartCount") or 0)
+        if _syncing(waiting):
+            continue
         if reason in _STUCK_WAITING and reason != "CrashLoopBackOff":
             said = f"{reason}: {waiting.get('message') or 'no message'}"
             if _no_image(waiting):
@@ -205,6 +212,13 @@ def pod_reason(pod: Mapping[str, Any], where: str) -> str:
     return ""
 
 
+def _syncing(waiting: Mapping[str, Any]) -> bool:
+    """The kubelet has not yet read the pod's Secret or ConfigMap: it will, nothing is wrong."""
+    return waiting.get("reason") == "CreateContainerConfigError" and bool(
+        _KUBELET_SYNC.search(str(waiting.get("message") or ""))
+    )
+
+
 def _no_image(waiting: Mapping[str, Any]) -> bool:
     return waiting.get("reason") in _PULLING and bool(
         _NO_IMAGE.search(str(waiting.get("message") or ""))
@@ -220,7 +234,7 @@ def certain(pod: Mapping[str, Any]) -> bool:
     for c in (pod.get("status") or {}).get("containerStatuses") or []:
         state = c.get("state") or {}
         waiting = state.get("waiting") or {}
-        if waiting.get("reason") in _WRONG_SPEC or _no_image(waiting):
+        if (waiting.get("reason") in _WRONG_SPEC and not _syncing(waiting)) or _no_image(waiting):
             return True
         now, last = state.get("terminated") or {}, (c.get("lastState") or {}).get("terminated")
         crashed = now if now.get("exitCode") else (last or {})
