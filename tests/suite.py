@@ -3,7 +3,8 @@
     python tests/suite.py [pytest args...]
 
 It builds every binary and image the suite needs but the heavy ones (`gridloop local
-build`: seconds when cached) and assembles the chart's bundle once (so no two lanes fetch
+build --mirror DIR`, KAITO's controller from the upstream mirror included: seconds when
+cached) and assembles the chart's bundle once (so no two lanes fetch
 it at once). The heavy images (vLLM CPU, Ray, the trainer: `gridloop local build vllm-cpu
 ray trainer`) build beside the tests, on the cores the waiting tests leave idle, instead
 of slowing the Go builds; the tests that run them come last and wait for them
@@ -45,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import upstream_mirror
+
 BIN = Path(sys.executable).parent
 KWOK_BASE_PORT = "28400"
 # pytest's exit code when a lane's selection holds no test (a run of chosen files)
@@ -75,6 +78,9 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     lanes = os.environ.get("GRIDLOOP_TEST_LANES") != "1"
     what = [] if lanes else ["all"]  # in lanes, the heavy images build beside the tests
+    # KAITO's controller, from its release in the upstream mirror (tests/cluster/test_kaito.py)
+    mirror = upstream_mirror.find()
+    what += ["--mirror", str(mirror)] if mirror is not None else []
     build = subprocess.run([str(BIN / "gridloop"), "local", "build", *what], check=False)
     if build.returncode == 0:
         with tempfile.TemporaryDirectory(prefix="gridloop-bundle-") as out:

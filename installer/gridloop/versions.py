@@ -43,6 +43,9 @@ class Component:
     mirror: str = ""
     mirror_sha256: str = ""
     mirror_chart: str = ""
+    # the folder inside that archive holding the Go source (`go.mod`) a local build of its
+    # controller starts from (installer/gridloop/local/build/recipes.py)
+    mirror_source: str = ""
 
     def _filled(self, template: str) -> str:
         return template.format(version=self.version, bare=self.version.lstrip("v"))
@@ -60,6 +63,15 @@ class Component:
     @property
     def mirror_chart_path(self) -> str:
         return self._filled(self.mirror_chart)
+
+    @property
+    def mirror_source_path(self) -> str:
+        return self._filled(self.mirror_source)
+
+    @property
+    def bare(self) -> str:
+        """`v0.12.0` -> `0.12.0`, the tag some projects give their images."""
+        return self.version.lstrip("v")
 
     @property
     def image_ref(self) -> str:
@@ -110,6 +122,7 @@ def load() -> dict[str, Component]:
             mirror=str(spec.get("mirror", "")),
             mirror_sha256=str(spec.get("mirror_sha256", "")),
             mirror_chart=str(spec.get("mirror_chart", "")),
+            mirror_source=str(spec.get("mirror_source", "")),
         )
     return out
 

@@ -120,11 +120,13 @@ def installed_platform(
     sets: tuple[str, ...] = (),
     files: tuple[Path, ...] = (),
     timeout: str = "3m",
+    mirror: Path | None = None,
 ) -> Iterator[Installed]:
     """The bundle built into `work` and installed with the local profile and the cluster's
     fleet (plus `files` and `sets`); uninstalled, its kept namespaces deleted, on the way
-    out."""
-    bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=SKIPPED))
+    out. With `mirror` (the upstream releases' folder) the bundle holds KAITO too."""
+    skip = SKIPPED if mirror is None else frozenset()
+    bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=skip, mirror=mirror))
     env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
     for key in ("CACHE", "CONFIG", "DATA"):
         env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())

@@ -16,24 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+import upstream_mirror
 from gridloop import versions
 from gridloop.local.build import building
 
 pytestmark = pytest.mark.needs_binaries("helm")
 ROOT = Path(__file__).resolve().parents[2]
 OTHERS = [flag for c in ("kueue", "kuberay", "agent-sandbox") for flag in ("--skip", c)]
-
-
-def upstream_mirror() -> Path:
-    """The folder of upstream releases no registry here serves (its README lists them)."""
-    for candidate in (
-        os.environ.get("GRIDLOOP_UPSTREAM_MIRROR", ""),
-        ROOT.parent / "shared" / "upstream",
-        Path("/work/shared/upstream"),
-    ):
-        if candidate and (Path(candidate) / "README.md").is_file():
-            return Path(candidate)
-    pytest.fail("no upstream mirror: set GRIDLOOP_UPSTREAM_MIRROR to ../shared/upstream")
 
 
 def env(tmp_path: Path) -> dict[str, str]:
@@ -55,7 +44,7 @@ def test_the_mirrors_archive_is_checked_and_kaitos_chart_is_bundled(tmp_path, gr
     out = tmp_path / "dist"
 
     done = gridloop(
-        "bundle", "--mirror", str(upstream_mirror()), "--out", str(out), *OTHERS,
+        "bundle", "--mirror", str(upstream_mirror.folder()), "--out", str(out), *OTHERS,
         env=env(tmp_path),
     )  # fmt: skip
 
@@ -63,8 +52,19 @@ def test_the_mirrors_archive_is_checked_and_kaitos_chart_is_bundled(tmp_path, gr
     assert f"kaito {kaito.version}                mirror (" in done.stdout
     crds = [d for d in yaml.safe_load_all((out / "gridloop/crds/kaito.yaml").read_text()) if d]
     assert "workspaces.kaito.sh" in {d["metadata"]["name"] for d in crds}
-    controller = f"mcr.microsoft.com/aks/kaito/workspace:{kaito.version.lstrip('v')}"
-    assert controller in (out / "images.txt").read_text().split()
+    controller = f"mcr.microsoft.com/aks/kaito/workspace:{kaito.bare}"
+    assert (out / "images.txt").read_text().split().count(controller) == 1
+    # rendered for nodes the user brings: KAITO provisions none, and the Azure CSI driver,
+    # NVIDIA's device plugin and GPU feature discovery upstream's defaults add are not in it
+    docs = [
+        d for d in yaml.safe_load_all((out / "gridloop/upstream/kaito/kaito.yaml").read_text()) if d
+    ]
+    kinds = sorted({d["kind"] for d in docs})
+    assert "DaemonSet" not in kinds and "CSIDriver" not in kinds, kinds
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == controller
+    assert "--node-provisioner=byo" in container["args"]
     # rendered from the mirror, never cached: a bundle without it must not find it there
     assert not list((tmp_path / "cache").rglob("rendered.yaml"))
 
@@ -74,7 +74,7 @@ def test_a_changed_archive_is_refused_naming_both_hashes_and_nothing_is_written(
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     changed = mirror / kaito.mirror_name
-    shutil.copyfile(upstream_mirror() / kaito.mirror_name, changed)
+    shutil.copyfile(upstream_mirror.folder() / kaito.mirror_name, changed)
     with changed.open("ab") as fh:
         fh.write(b"\0")
     out = tmp_path / "dist"
@@ -123,7 +123,7 @@ def test_render_and_install_assemble_with_the_mirror_when_asked(tmp_path, monkey
     versions.load.cache_clear()
     kaito = versions.get("kaito")
     mirror = _mirror(tmp_path / "mirror", ("kueue", "kuberay", "agent-sandbox"))
-    (mirror / kaito.mirror_name).symlink_to(upstream_mirror() / kaito.mirror_name)
+    (mirror / kaito.mirror_name).symlink_to(upstream_mirror.folder() / kaito.mirror_name)
 
     chart = locating.chart_folder(None, mirror=mirror)
 

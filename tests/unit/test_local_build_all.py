@@ -15,7 +15,7 @@ def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys, tmp
     said: list[str] = []
     go_started, heavy_running = threading.Event(), threading.Event()
 
-    def build(components, report):
+    def build(components, report, mirror=None):
         said.append(f"recipes {components}")
         if components is None:  # the Go builds: the images are building meanwhile
             go_started.set()
@@ -32,7 +32,10 @@ def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys, tmp
     monkeypatch.setattr(gridloop_image, "base_image", lambda: said.append("base") or ("b", False))
     monkeypatch.setattr(locked_images.LockedImage, "build", heavy_build)
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
-    assert commands.cmd_build(argparse.Namespace(components=["all"], state_dir=tmp_path)) == 0
+    assert (
+        commands.cmd_build(argparse.Namespace(components=["all"], state_dir=tmp_path, mirror=None))
+        == 0
+    )
     assert said[:2] == [f"recipes {locked_images.needs()}", "base"]  # what they need, first
     assert said.index("image vllm-cpu") > said.index("recipes None")
     assert said.index("image ray") > said.index("image vllm-cpu")
@@ -42,17 +45,23 @@ def test_the_heavy_images_build_while_the_go_builds_run(monkeypatch, capsys, tmp
 
 def test_without_all_the_heavy_images_are_left_out(monkeypatch, tmp_path):
     said: list[str] = []
-    monkeypatch.setattr(building, "build", lambda components, report: said.append("recipes"))
+    monkeypatch.setattr(
+        building, "build", lambda components, report, mirror=None: said.append("recipes")
+    )
     monkeypatch.setattr(building, "binary", lambda name: name)
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
     monkeypatch.setattr(locked_images.LockedImage, "build", lambda i: said.append(i.name))
-    assert commands.cmd_build(argparse.Namespace(components=[], state_dir=tmp_path)) == 0
+    assert (
+        commands.cmd_build(argparse.Namespace(components=[], state_dir=tmp_path, mirror=None)) == 0
+    )
     assert said == ["recipes", "images"]
 
 
 def test_naming_one_heavy_image_builds_what_it_needs_then_it_alone(monkeypatch, capsys, tmp_path):
     said: list[object] = []
-    monkeypatch.setattr(building, "build", lambda components, report: said.append(components))
+    monkeypatch.setattr(
+        building, "build", lambda components, report, mirror=None: said.append(components)
+    )
     monkeypatch.setattr(pushing, "build_all", lambda *_: said.append("images"))
 
     def heavy_build(image):
@@ -60,6 +69,9 @@ def test_naming_one_heavy_image_builds_what_it_needs_then_it_alone(monkeypatch, 
         return gridloop_image.Built(image.ref(), False, 0.1)
 
     monkeypatch.setattr(locked_images.LockedImage, "build", heavy_build)
-    assert commands.cmd_build(argparse.Namespace(components=["ray"], state_dir=tmp_path)) == 0
+    assert (
+        commands.cmd_build(argparse.Namespace(components=["ray"], state_dir=tmp_path, mirror=None))
+        == 0
+    )
     assert said == [locked_images.RAY.needs, "ray"]
     assert "cached" in capsys.readouterr().out

@@ -158,7 +158,9 @@ def test_a_secret_the_kubelet_has_not_synced_yet_is_starting_not_stuck():
     status = {"containerStatuses": [{"state": {"waiting": syncing}, "restartCount": 0}]}
     assert rollouts.pod_reason(pod("r2", **status), "s3://m/") == ""
     r = rollouts.rollout(
-        deployment(2), [replica_set("r1", 1, 1, 1), replica_set("r2", 2, 1, 0)], [pod("r2", **status)]
+        deployment(2),
+        [replica_set("r1", 1, 1, 1), replica_set("r2", 2, 1, 0)],
+        [pod("r2", **status)],
     )
     assert (r.stuck, r.hopeless) == ("", False)
     assert r.summary() == "r1 (1/1 ready) serves; r2 is starting (0/1 ready)"

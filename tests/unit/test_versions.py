@@ -34,9 +34,13 @@ def test_the_repo_root_versions_file_is_the_one_read() -> None:
 def test_every_recipe_names_a_pinned_component_and_where_it_comes_from(recipe: Recipe) -> None:
     component = versions.get(recipe.component)
 
-    # a Go module to build from, or a Debian package to unpack: never both, never neither
-    assert bool(component.module) != bool(component.debian)
+    # a Go module to build from, a Debian package to unpack, or a release archive read
+    # from a mirror and checked by its sha256: exactly one
+    sources = (component.module, component.debian, recipe.from_mirror)
+    assert sum(map(bool, sources)) == 1, sources
     assert bool(component.debian) == bool(recipe.debian_files)
+    if recipe.from_mirror:
+        assert len(component.mirror_sha256) == 64 and component.mirror_source_path
     assert binary_names(recipe)
 
 
@@ -129,7 +133,7 @@ def test_no_binary_is_built_by_two_recipes() -> None:
 
 def test_unknown_recipe_is_a_key_error() -> None:
     with pytest.raises(KeyError):
-        recipe_for("kaito")
+        recipe_for("vllm")
 
 
 @pytest.mark.parametrize(

@@ -99,11 +99,9 @@ def mirror_archive(mirror: Path, comp: Component) -> Path | None:
     return path
 
 
-def _chart_from(comp: Component, archive: Path, work: Path) -> Path:
-    """The chart's folder out of the checked source archive (only that folder, no link
-    and no path outside it: tarfile's data filter)."""
-    inside = comp.mirror_chart_path.strip("/")
-    out = work / "mirror-chart"
+def unpack_folder(archive: Path, inside: str, out: Path, what: str) -> Path:
+    """`out/<inside>`: only that folder of the archive unpacked into a fresh `out`, with no
+    link or path leading out of it (tarfile's data filter)."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     try:
@@ -111,8 +109,15 @@ def _chart_from(comp: Component, archive: Path, work: Path) -> Path:
             members = [m for m in tar.getmembers() if m.name.startswith(f"{inside}/")]
             tar.extractall(out, members=members, filter="data")
     except (tarfile.TarError, OSError) as err:
-        raise BuildError(f"{label(comp)}: cannot read {archive}: {err}") from err
-    chart = out / inside
+        raise BuildError(f"{what}: cannot read {archive}: {err}") from err
+    return out / inside
+
+
+def _chart_from(comp: Component, archive: Path, work: Path) -> Path:
+    """The chart's folder out of the checked source archive (only that folder, no link
+    and no path outside it: tarfile's data filter)."""
+    inside = comp.mirror_chart_path.strip("/")
+    chart = unpack_folder(archive, inside, work / "mirror-chart", label(comp))
     if not (chart / "Chart.yaml").is_file():
         raise BuildError(f"{label(comp)}: {archive} has no chart at {inside}/")
     return chart
@@ -220,4 +225,6 @@ def _render_chart(source: Source, comp: Component, chart: Path, work: Path, log:
     }
     cmd = [helm, "template", source.chart_release, str(chart), "--include-crds"]
     cmd += ["--namespace", source.chart_namespace]
+    for setting, _why in source.chart_values:
+        cmd += ["--set", setting]
     return _run(cmd, work, log, env, f"{label(comp)}: helm template")

@@ -42,7 +42,8 @@ class ImagePin:
     image: str
 
     def for_version(self, version: str) -> str:
-        return self.image.format(version=version)
+        """`image` with {version} (`v0.12.0`) or {bare} (`0.12.0`) filled in."""
+        return self.image.format(version=version, bare=version.lstrip("v"))
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Source:
     # HELM_CHART: the release name and namespace `helm template` renders with
     chart_release: str = ""
     chart_namespace: str = ""
+    # HELM_CHART: the values it is rendered with (`helm template --set`), each with its why
+    chart_values: tuple[tuple[str, str], ...] = ()
     # Kueue: the integrations the platform depends on (batch Jobs, Ray). The local
     # cluster's Kueue runs with exactly these; on a real cluster the chart's
     # kueue.integrations decides, and its default is this list (a unit test keeps the
@@ -79,6 +82,7 @@ class Source:
             parts += [comp.sha256, comp.mirror_sha256, comp.mirror_chart]
         parts += self.module_files
         parts += [self.chart_release, self.chart_namespace]
+        parts += [setting for setting, _why in self.chart_values]
         return "|".join(parts)
 
 
@@ -121,6 +125,25 @@ SOURCES: tuple[Source, ...] = (
         kind=Kind.HELM_CHART,
         chart_release="kaito-workspace",
         chart_namespace="kaito-workspace",
+        # Helm's --create-namespace makes upstream's namespace; in the umbrella chart its
+        # objects go to the release namespace, as KubeRay's do
+        release_namespace_from="kaito-workspace",
+        chart_values=(
+            # gridloop's GPU nodes are the user's (regions, on-prem racks): KAITO places a
+            # Workspace on the nodes its labelSelector picks and provisions none. The
+            # controller sets its disableNodeAutoProvisioning gate from this flag itself;
+            # the chart's gate stays off, since on it would add NVIDIA's GPU feature
+            # discovery sub-chart (the GPU nodes' labels are the cluster's own: GPU Operator)
+            ("nodeProvisioner=byo", "bring your own nodes: KAITO provisions none"),
+            ("localCSIDriver.useLocalCSIDriver=false", "Azure's local NVMe CSI driver: off"),
+            ("nvidiaDevicePlugin.enabled=false", "the GPU nodes' device plugin is the cluster's"),
+        ),
+        pin=ImagePin(
+            "Deployment",
+            "kaito-workspace",
+            "workspace",
+            "mcr.microsoft.com/aks/kaito/workspace:{bare}",
+        ),
     ),
     # agent-sandbox's release script (dev/tools/release, read on its main branch: the
     # module zip leaves dev/tools out) writes manifest.yaml from the

@@ -12,7 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from gridloop import paths
-from gridloop.local.build import building
+from gridloop.local.build import building, recipes
 from gridloop.local.build.building import Progress
 
 
@@ -36,6 +36,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "images, the vLLM CPU image (`vllm-cpu`, about 7 GiB), the Ray image (`ray`, about "
         "0.6 GB) and the trainer image (`trainer`: Ray on the vLLM image's layers, which it "
         "builds first); `all`: everything and those images, built beside the Go builds",
+    )
+    p.add_argument(
+        "--mirror",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a folder holding upstream releases no registry serves (KAITO's source archive, "
+        "as versions.yaml names it, checked by its sha256): `kaito` builds its workspace "
+        "controller and image from it; with no component named, it is built with the rest",
     )
     p.add_argument(
         "--state-dir",
@@ -91,8 +100,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         side = pool.submit(lambda: [image.build() for image in locked_images.IMAGES])
     try:
         if named or everything or not args.components:
-            building.build(named or None, printer)
-        if IMAGES in args.components or everything or not args.components:
+            building.build(named or None, printer, mirror=args.mirror)
+        # a controller built from a release archive is wanted as its image (table.on_request)
+        archived = {r.component for r in recipes.RECIPES if r.from_mirror} & set(named)
+        if IMAGES in args.components or everything or not args.components or archived:
             from gridloop.local.build.images import pushing
 
             print("images (buildah, FROM scratch and gridloop's Containerfile):", flush=True)

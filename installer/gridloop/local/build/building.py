@@ -75,6 +75,14 @@ def binary(name: str) -> Path:
     raise KeyError(name)
 
 
+def cached(name: str) -> Path | None:
+    """The cached binary `name`, or None when it is not built (yet)."""
+    try:
+        return binary(name)
+    except BuildError:
+        return None
+
+
 def missing_components() -> list[str]:
     """The recipes (by name) whose binaries are not cached yet."""
     return [r.name for r in RECIPES if not _is_cached(r, versions.get(r.component))]
@@ -96,20 +104,38 @@ def check_go(for_what: str) -> str:
     return go
 
 
-def build(components: Iterable[str] | None = None, report: Reporter = lambda p: None) -> None:
-    """Build every recipe (or those named: a component names all of its recipes) that is
-    not already cached."""
-    wanted = list(components) if components is not None else [r.name for r in RECIPES]
+def planned(components: Iterable[str] | None, mirror: bool) -> list[Recipe]:
+    """The recipes `build` goes through: those named (a component names all of its
+    recipes), or every one, less those built from a release archive unless a mirror is
+    given."""
+    every = [r.name for r in RECIPES if not r.from_mirror or mirror]
+    wanted = list(components) if components is not None else every
     unknown = sorted(set(wanted) - {n for r in RECIPES for n in (r.name, r.component)})
     if unknown:
         known = ", ".join(r.name for r in RECIPES)
         raise BuildError(f"nothing to build called {', '.join(unknown)} (known: {known})")
-    todo = [r for r in RECIPES if r.name in wanted or r.component in wanted]
-    for recipe in todo:
+    return [r for r in RECIPES if r.name in wanted or r.component in wanted]
+
+
+def build(
+    components: Iterable[str] | None = None,
+    report: Reporter = lambda p: None,
+    mirror: Path | None = None,
+) -> None:
+    """Build every recipe (or those named: a component names all of its recipes) that is
+    not already cached. A recipe built from a release archive (KAITO's) is built when it
+    is named, or with every other one when `mirror` (the folder holding the archive) is
+    given; named without a mirror, it is refused in one line unless it is cached."""
+    for recipe in planned(components, mirror is not None):
         comp = versions.get(recipe.component)
         if _is_cached(recipe, comp):
             for name in binary_names(recipe):
                 report(Progress(comp.name, comp.version, name, "cached"))
+        elif recipe.from_mirror:
+            archive = _mirror_archive(comp, mirror)
+            _build_from_archive(
+                check_go(f"{comp.name} {comp.version}"), recipe, comp, archive, report
+            )
         elif recipe.debian_files:
             _unpack_debian(recipe, comp, report)
         elif recipe.c_programs:
@@ -226,6 +252,55 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         _run(cmd, src, log, env, f"{what}: {name}")
         tmp.replace(bindir / name)
         report(Progress(comp.name, comp.version, name, "built", time.monotonic() - start, log))
+    _stamp(folder, recipe, comp)
+
+
+def _mirror_archive(comp: Component, mirror: Path | None) -> Path:
+    """The component's release archive in `mirror`, checked against its pinned sha256."""
+    from gridloop.bundle import fetching
+
+    archive = fetching.mirror_archive(mirror, comp) if mirror is not None else None
+    if archive is None:
+        where = f"{mirror} has no {comp.mirror_name}" if mirror else "no --mirror given"
+        raise BuildError(
+            f"{comp.name} {comp.version} builds from its release archive {comp.mirror_name}, "
+            f"which no registry here serves: {where} (pass --mirror DIR, the folder holding it)"
+        )
+    return archive
+
+
+def _build_from_archive(
+    go: str, recipe: Recipe, comp: Component, archive: Path, report: Reporter
+) -> None:
+    """The recipe's binaries from the Go source in the release archive: unpacked (tarfile's
+    data filter: no link or path out of it), then `go build` with the source's own go.mod
+    and go.sum (-mod=readonly: a module whose hash differs is refused, nothing is added)."""
+    from gridloop.bundle.fetching import unpack_folder
+
+    folder = recipe_dir(recipe, comp)
+    src, bindir, log = folder / "src", folder / "bin", folder / "build.log"
+    (folder / STAMP).unlink(missing_ok=True)
+    bindir.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"gridloop local build: {recipe.name} {comp.version} (from {archive})\n")
+    what = f"building {comp.name} {comp.version}"
+    inside = comp.mirror_source_path.strip("/")
+    root = unpack_folder(archive, inside, src, what)
+    if not (root / "go.mod").is_file():
+        raise BuildError(f"{what}: {archive} has no Go source at {inside}/ (no go.mod)")
+    env = _go_env(folder)
+    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
+    for name, pkg in recipe.binaries.items():
+        report(Progress(comp.name, comp.version, name, "building", log=log))
+        start = time.monotonic()
+        tmp = bindir / f".{name}.tmp"
+        ldflags = " ".join(["-s", "-w", *recipe.ldflags(comp)])
+        cmd = [go, "build", "-trimpath", NO_DWARF, "-o", str(tmp), "-ldflags", ldflags, pkg]
+        _run(cmd, root, log, env, f"{what}: {name}")
+        tmp.replace(bindir / name)
+        report(Progress(comp.name, comp.version, name, "built", time.monotonic() - start, log))
+    for name, path in recipe.source_files.items():
+        shutil.copyfile(root / path, bindir / name)
+    shutil.rmtree(src, ignore_errors=True)  # the source is the archive's; the binary is what stays
     _stamp(folder, recipe, comp)
 
 

@@ -47,6 +47,13 @@ class Recipe:
     # for C programs in the module: binary name -> source file, built with gcc -static
     c_programs: dict[str, str] = field(default_factory=dict)
     cflags: Callable[[Component], list[str]] = lambda comp: []
+    # built from the Go source in the component's release archive (versions.yaml's
+    # `mirror`, `mirror_source`), read from a mirror folder, not from the Go module proxy:
+    # `binaries` then name packages inside that source (`./cmd/workspace`), its own go.sum
+    # checks every module, and the recipe is built only when asked for with the mirror
+    from_mirror: bool = False
+    # files of that source copied beside the binaries (name in bin/ -> path in the source)
+    source_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -63,6 +70,9 @@ class Recipe:
         parts += [comp.debian, *sorted(self.debian_files.items())]
         parts += [patch.fingerprint() for patch in self.patches]
         parts += [f"GOEXPERIMENT={','.join(self.experiments)}"] if self.experiments else []
+        if self.from_mirror:
+            parts += [comp.mirror_name, comp.mirror_sha256, comp.mirror_source]
+            parts += sorted(self.source_files.items())
         return "|".join(map(str, parts))
 
 
@@ -212,6 +222,9 @@ def _containerd_ldflags(comp: Component) -> list[str]:
     pkg = "github.com/containerd/containerd/v2/version"
     return [f"-X {pkg}.Version={comp.version}", f"-X {pkg}.Package={comp.module}"]
 
+
+KAITO_WORKSPACE = "kaito-workspace"  # the controller's binary
+KAITO_MODELS = "supported_models.yaml"  # the preset catalogue upstream's image holds
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
@@ -375,6 +388,20 @@ RECIPES: tuple[Recipe, ...] = (
         binaries={"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
         ldflags=lambda comp: [],
     ),
+    # KAITO's workspace controller, for its image on the container nodes (images/table.py),
+    # built as upstream's docker/workspace/Dockerfile does (CGO off, the version variable
+    # set, supported_models.yaml beside it) less its GOEXPERIMENT=nosystemcrypto, which only
+    # Microsoft's Go toolchain knows. From the release archive: no registry here serves
+    # KAITO's Go module.
+    Recipe(
+        component="kaito",
+        binaries={KAITO_WORKSPACE: "./cmd/workspace"},
+        ldflags=lambda comp: [
+            f"-X github.com/kaito-project/kaito/pkg/version.Version={comp.version}"
+        ],
+        from_mirror=True,
+        source_files={KAITO_MODELS: "presets/workspace/models/supported_models.yaml"},
+    ),
     # Trivy's Kubernetes misconfiguration scan alone (TRIVY_K8S_CONFIG_MAIN), in a cache
     # folder of its own: the binary is not Trivy's CLI
     Recipe(
@@ -421,6 +448,7 @@ RECIPES: tuple[Recipe, ...] = (
 
 def binary_names(recipe: Recipe) -> list[str]:
     return [
+        *recipe.source_files,
         *recipe.shims,
         *recipe.mains,
         *recipe.binaries,

@@ -32,7 +32,7 @@ import yaml
 from gridloop.local.container import disk_room
 from gridloop.local.container.layout import BRIDGE, METADATA_IP, NodeLayout
 
-MIRRORED = ("registry.k8s.io", "ghcr.io", "docker.io", "quay.io")
+MIRRORED = ("registry.k8s.io", "ghcr.io", "docker.io", "quay.io", "mcr.microsoft.com")
 # the upstream address each mirrored registry really has (docker.io's API is elsewhere)
 UPSTREAM = {"docker.io": "https://registry-1.docker.io"}
 RUNTIME_HANDLERS = ("runc", "runsc")

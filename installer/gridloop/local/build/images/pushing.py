@@ -32,14 +32,11 @@ class Report:
 
 def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[Report]:
     """Build every image unless cached; push nothing."""
-    out = []
-    for image in table.images(building.built_version("pause")):
-        t0 = time.monotonic()
-        fresh = not buildah.built(image, lambda n: binaries[n])
-        buildah.build(image, lambda n: binaries[n])
-        local = buildah.local_name(image)
-        out.append(Report(image.ref, local, fresh, seconds=time.monotonic() - t0))
-        say(f"  ✓ {image.ref:<62} {'built' if fresh else 'cached'}")
+    out = [_row(image, binaries, say) for image in table.images(building.built_version("pause"))]
+    for image in table.on_request():  # once their binaries are built (`local build kaito`)
+        found = {name: building.cached(name) for name in image.files.values()}
+        if all(found.values()):
+            out.append(_row(image, {n: p for n, p in found.items() if p is not None}, say))
     made = gridloop_image.build()
     out.append(Report(made.ref, made.ref, made.fresh, seconds=made.seconds))  # tagged as itself
     say(f"  ✓ {made.ref:<62} {'built' if made.fresh else 'cached'}")
@@ -52,6 +49,15 @@ def build_all(binaries: Mapping[str, Path], say: Say = lambda _m: None) -> list[
             out.append(Report(heavy.ref(), heavy.ref(), heavy.needs_push()))
             say(f"  ✓ {heavy.ref():<62} cached")
     return out
+
+
+def _row(image: table.Image, binaries: Mapping[str, Path], say: Say) -> Report:
+    """One row of table.py built (unless its stamp matches) into buildah's storage."""
+    t0 = time.monotonic()
+    fresh = not buildah.built(image, lambda n: binaries[n])
+    buildah.build(image, lambda n: binaries[n])
+    say(f"  ✓ {image.ref:<62} {'built' if fresh else 'cached'}")
+    return Report(image.ref, buildah.local_name(image), fresh, seconds=time.monotonic() - t0)
 
 
 def ensure_images(port: int, binaries: Mapping[str, Path], say: Say = lambda _m: None) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gridloop import versions
+from gridloop.local.build.recipes import KAITO_MODELS, KAITO_WORKSPACE
 
 # busybox applets the test pods use; each becomes a link to /bin/busybox
 BUSYBOX_APPLETS = (
@@ -128,17 +129,30 @@ def controller_ref(component: str) -> str:
 
 def controllers() -> tuple[Image, ...]:
     return tuple(
-        Image(
-            ref=controller_ref(component),
-            files={path: binary},
-            entrypoint=(path,),
-            user=NONROOT,
-            texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
-            scratch_dirs=("/tmp",),
-            why=f"{component}'s controller, built from its Go module (recipes.py)",
-        )
+        _controller(component, {path: binary}, path, "its Go module")
         for component, binary, path in CONTROLLERS
     )
+
+
+def _controller(component: str, files: dict[str, str], entry: str, source: str) -> Image:
+    return Image(
+        ref=controller_ref(component),
+        files=files,
+        entrypoint=(entry,),
+        user=NONROOT,
+        texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
+        scratch_dirs=("/tmp",),
+        why=f"{component}'s controller, built from {source} (recipes.py)",
+    )
+
+
+def on_request() -> tuple[Image, ...]:
+    """Controller images built only once their binary is (`gridloop local build kaito
+    --mirror DIR`: its source is a release archive no registry serves), then pushed by
+    `local up` and `local build` like the rest. KAITO's as upstream's Dockerfile lays it
+    out: /manager, and the preset catalogue beside it."""
+    files = {"/manager": KAITO_WORKSPACE, f"/{KAITO_MODELS}": KAITO_MODELS}
+    return (_controller("kaito", files, "/manager", "its release archive (a mirror)"),)
 
 
 def images(pause_version: str) -> tuple[Image, ...]:
