@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 from chart_files import CHART, EVERYTHING, PROFILE_NAMES, UPSTREAM_OFF
-from test_chart_bundled import render as render_bundled
+from test_chart_bundled import helm
 
+import upstream_mirror
+from gridloop.bundle import bundling
 from gridloop.errors import BuildError
 from gridloop.local.build.building import binary
 from gridloop.local.build.recipes import TRIVY_K8S_CONFIG
@@ -62,6 +64,22 @@ ACCEPTED_UPSTREAM: dict[tuple[str, str], str] = {
     ),
     ("KSV-0056", "ClusterRole/agent-sandbox-controller-extensions"): (
         "agent-sandbox's extensions make a SandboxTemplate's NetworkPolicy"
+    ),
+    ("KSV-0041", "ClusterRole/kaito-workspace-clusterrole"): (
+        "KAITO's admission webhook keeps its serving certificate in a Secret, which knative's "
+        "certificate controller (the webhook library KAITO uses) watches through an informer "
+        "on every namespace: get, list, watch, no write"
+    ),
+    ("KSV-0056", "ClusterRole/kaito-workspace-clusterrole"): (
+        "KAITO makes each Workspace's Services (the model's endpoint and its headless one)"
+    ),
+    ("KSV-0114", "ClusterRole/kaito-workspace-clusterrole"): (
+        "KAITO writes its certificate's CA bundle into its own webhook configuration: update "
+        "is limited to validation.workspace.kaito.sh by resourceNames"
+    ),
+    ("KSV-0114", "ClusterRole/kaito-workspace-inferenceset-clusterrole"): (
+        "the same for its InferenceSet webhook (validation.inferenceset.kaito.sh); get, list "
+        "and watch cannot be limited by name"
     ),
 }
 # "Container 'x' of DaemonSet 'name' should ...": the object, when Trivy names no resource;
@@ -128,18 +146,26 @@ def test_no_high_or_critical_finding_in_gridloop_s_templates(
 
 
 @pytest.fixture(scope="module")
-def upstream_rendered(bundled_chart: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundle's upstream objects (Kueue, KubeRay, agent-sandbox; KAITO cannot be
-    fetched here) as the production profile renders them, alone in a folder."""
+def upstream_rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundle's upstream objects (Kueue, KubeRay, agent-sandbox, and KAITO from its
+    release in the upstream mirror) as the production profile renders them, alone in a
+    folder."""
     tmp = tmp_path_factory.mktemp("upstream-scan")
-    production = ("-f", str(bundled_chart / "profiles" / "production.yaml"))
-    docs = render_bundled(bundled_chart, tmp, extra=production)
+    request = bundling.Request(out=tmp / "dist", chart=CHART, mirror=upstream_mirror.folder())
+    chart = bundling.bundle(request).folder
+    production = ("-f", str(chart / "profiles" / "production.yaml"))
+    done = helm(
+        "template", "gridloop", str(chart), "--namespace=gridloop-system", *production, home=tmp
+    )
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     theirs = [d for d in docs if _labels(d).get("app.kubernetes.io/part-of") != "gridloop"]
     controllers = {d["metadata"]["name"] for d in theirs if d["kind"] == "Deployment"}
     assert controllers == {
         "kueue-controller-manager",
         "kuberay-operator",
         "agent-sandbox-controller",
+        "kaito-workspace",
     }
     folder = tmp / "upstream"
     folder.mkdir()
