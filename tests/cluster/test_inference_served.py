@@ -12,8 +12,6 @@ what they say).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
 import time
 import urllib.request
@@ -21,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import tiny_model
 import yaml
 from platform_install import (
-    GRIDLOOP,
     NAMESPACE,
     RELEASE,
     installed_platform,
@@ -53,32 +51,14 @@ LEAN = (
 )
 
 
-def run_gridloop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([GRIDLOOP, *args], capture_output=True, text=True, env=env, timeout=600)
-
-
-def store_env(local_cluster) -> dict[str, str]:
-    state = local_cluster.state
-    return {**os.environ, **object_store.shell_env(state.dir, state.ports.object_store)}
-
-
 @pytest.fixture(scope="module")
 def pushed(local_cluster, tmp_path_factory) -> dict[str, Path]:
     """Revisions r1 and r2 of the tiny model (seeds 1 and 2) in s3://models/tiny/."""
     work = tmp_path_factory.mktemp("models")
-    out = {}
-    for revision, seed in (("r1", "1"), ("r2", "2")):
-        made = run_gridloop(
-            "models", "make", str(work / revision), "--size", "tiny", "--seed", seed
-        )
-        assert made.returncode == 0, made.stderr
-        up = run_gridloop(
-            "models", "push", str(work / revision), f"s3://models/{MODEL}/{revision}/",
-            env=store_env(local_cluster),
-        )  # fmt: skip
-        assert up.returncode == 0, up.stderr
-        out[revision] = work / revision
-    return out
+    return {
+        revision: tiny_model.push(local_cluster, work / revision, MODEL, revision, seed)
+        for revision, seed in (("r1", "1"), ("r2", "2"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +234,7 @@ def test_a_new_revision_rolls_out_behind_the_same_endpoint_without_a_failed_requ
 
 
 def inference_status(local_cluster) -> dict:
-    shown = run_gridloop(
+    shown = tiny_model.run_gridloop(
         "status", "--kubeconfig", str(local_cluster.state.kubeconfig), "--view", "inference",
         "--output", "json",
     )  # fmt: skip

@@ -10,27 +10,58 @@ it this module fails, never skips.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import tiny_model
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from platform_install import HEALTH_OFF, NAMESPACE, Installed, installed_platform
+from platform_install import (
+    NAMESPACE,
+    RELEASE,
+    Installed,
+    installed_platform,
+    remove_kept_namespaces,
+)
 
 import upstream_mirror
+from examples import example
 from gridloop import versions
+from gridloop.local.addons import object_store
 
-pytestmark = pytest.mark.cluster
+# the tiny-CPU Workspace runs gridloop's vLLM CPU image: these run with the heavy images
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
 CONTROLLER = "kaito-workspace"  # upstream's Deployment, in the release namespace
 WORKSPACES = "workspaces.kaito.sh"
+EXAMPLE = example("kaito/workspace-tiny-cpu.yaml")
+MODEL = "tiny-kaito"  # the example's Workspace
+# what the Workspace needs besides KAITO: no other controller, no health service
+LEAN = (
+    "health.enabled=false",
+    "kueue.enabled=false",
+    "kuberay.enabled=false",
+    "agentSandbox.enabled=false",
+    "kaito.enabled=true",
+)
 
 
 @pytest.fixture(scope="module")
-def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
+def platform(local_cluster, heavy_images, tmp_path_factory) -> Iterator[Installed]:
+    """The bundle with KAITO (from the mirror) installed with the example's Workspace, the
+    tiny model's revision r1 in the store and the serving keys' Secret made first."""
     work = tmp_path_factory.mktemp("kaito")
-    sets = (*HEALTH_OFF, "kaito.enabled=true")
-    with installed_platform(local_cluster, work, sets, mirror=upstream_mirror.folder()) as done:
+    tiny_model.push(local_cluster, work / "r1", "tiny", "r1", "1")
+    core = local_cluster.core
+    remove_kept_namespaces(core)
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    core.create_namespaced_secret(
+        NAMESPACE, object_store.secret_object(local_cluster.state.dir, NAMESPACE)
+    )
+    mirror = upstream_mirror.folder()
+    with installed_platform(local_cluster, work, LEAN, (EXAMPLE,), mirror=mirror) as done:
         yield done
 
 
@@ -90,3 +121,98 @@ def test_its_webhook_refuses_a_workspace_kaito_cannot_serve_and_admits_a_valid_o
         )
     )
     assert made["metadata"]["name"] == "templated"
+
+
+def test_doctor_names_the_kaito_this_release_installed_and_refuses_a_second_one(platform):
+    kaito = versions.get("kaito")
+
+    def kaito_check(release: str, namespace: str) -> dict[str, Any]:
+        done = platform.gridloop(
+            "doctor", "--chart", str(platform.chart), "--profile", "local",
+            "-f", str(platform.work / "fleet-values.yaml"), "-f", str(EXAMPLE),
+            *(f"--set={s}" for s in LEAN),
+            "--release", release, "--namespace", namespace,
+            "--kubeconfig", platform.env["KUBECONFIG"], "-o", "json",
+        )  # fmt: skip
+        assert done.stdout, done.stderr
+        checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+        return checks["kaito"]
+
+    mine = kaito_check(RELEASE, NAMESPACE)
+    assert (mine["status"], mine["detail"]) == (
+        "pass",
+        f"installed by this chart (KAITO {kaito.version})",
+    )
+    other = kaito_check("another", "another")
+    assert other["status"] == "fail", other
+    assert other["detail"].startswith(
+        f"KAITO {kaito.bare} already runs ({NAMESPACE}/{CONTROLLER}), not from release another"
+    ), other
+
+
+def conditions(local_cluster, name: str) -> dict[str, str]:
+    """A Workspace's conditions, type -> status, as KAITO writes them."""
+    found = client.CustomObjectsApi(local_cluster.api).get_namespaced_custom_object(
+        "kaito.sh", "v1beta1", NAMESPACE, "workspaces", name
+    )
+    return {c["type"]: c["status"] for c in (found.get("status") or {}).get("conditions") or []}
+
+
+def test_the_tiny_cpu_workspace_is_served_by_kaito_and_answers_completions(
+    platform, local_cluster, eventually
+):
+    ready = ("ResourceReady", "InferenceReady", "WorkspaceSucceeded")
+    eventually(
+        lambda: all(conditions(local_cluster, MODEL).get(c) == "True" for c in ready),
+        f"Workspace {MODEL}: {', '.join(ready)}",
+        timeout=600,
+    )
+    # KAITO's own objects: a StatefulSet of the template's pod, on the container node
+    sets = client.AppsV1Api(local_cluster.api).read_namespaced_stateful_set(MODEL, NAMESPACE)
+    assert sets.status.ready_replicas == 1
+    pod = local_cluster.core.read_namespaced_pod(f"{MODEL}-0", NAMESPACE)
+    node = local_cluster.core.read_node(pod.spec.node_name)
+    assert node.metadata.labels.get("gridloop.io/container-node") == "true"
+    (vllm,) = pod.spec.containers
+    assert vllm.image == versions.get("vllm-cpu").image_ref
+    assert vllm.args[0].rstrip("/") == "s3://models/tiny/r1"
+    # and its Service (port 80 to the pod's 5000) answers the OpenAI API
+    svc = local_cluster.core.read_namespaced_service(MODEL, NAMESPACE)
+    url = f"http://{svc.spec.cluster_ip}:80"
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 4}
+    request = urllib.request.Request(
+        f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer = json.loads(response.read())
+    assert answer["model"] == MODEL and answer["choices"][0]["text"], answer
+    # gridloop status lists it beside the chart's model servers, in KAITO's words
+    shown = platform.gridloop(
+        "status", "--kubeconfig", platform.env["KUBECONFIG"], "--view", "inference", "-o", "json"
+    )
+    assert shown.returncode == 0, shown.stderr
+    (row,) = [m for m in json.loads(shown.stdout)["models"] if m["name"] == MODEL]
+    assert (row["kind"], row["ready"], row["replicas"], row["revision"]) == (
+        "Workspace",
+        1,
+        1,
+        "r1",
+    )
+    assert row["conditions"] == [
+        "NodesReady=True", "ResourceReady=True", "InferenceReady=True", "WorkspaceSucceeded=True",
+    ], row  # fmt: skip
+    assert row["nodes"] == [pod.spec.node_name]
+
+
+def test_uninstall_deletes_the_releases_workspace_while_kaito_still_runs(platform, local_cluster):
+    """KAITO's finalizer is on the Workspace: deleted with the controller (a plain helm
+    uninstall), it would stay terminating, its name taken. Last in this module."""
+    done = platform.gridloop("uninstall", *platform.where())
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "✓ kaito      1 Workspaces of the release deleted first" in done.stdout, done.stdout
+    custom = client.CustomObjectsApi(local_cluster.api)
+    left = custom.list_namespaced_custom_object("kaito.sh", "v1beta1", NAMESPACE, "workspaces")
+    assert left["items"] == []
+    apps = client.AppsV1Api(local_cluster.api)
+    assert apps.list_namespaced_stateful_set(NAMESPACE).items == []

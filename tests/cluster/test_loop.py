@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import ray_jobs
 import registry_images
+import tiny_model
 from health_pods import clear_faults, gpu_quota, inject, tainted
 from kubernetes.client.rest import ApiException
 from platform_install import (
@@ -166,15 +167,10 @@ def loop_jobs(local_cluster) -> list[str]:
     return [item["metadata"]["name"] for item in found["items"]]
 
 
-def store_env(local_cluster) -> dict[str, str]:
-    state = local_cluster.state
-    return {**os.environ, **object_store.shell_env(state.dir, state.ports.object_store)}
-
-
 def loop_run(platform: Installed, local_cluster, *extra: str) -> subprocess.Popen[str]:
     """`gridloop loop run` as docs/loop.md runs it: in the walk's folder (its ./dist chart),
     the walk's release, KUBECONFIG and the store's keys from the environment."""
-    env = {**store_env(local_cluster), **platform.env}
+    env = {**tiny_model.store_env(local_cluster), **platform.env}
     return subprocess.Popen(
         [GRIDLOOP, "loop", "run", *ARGS, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=platform.work,
@@ -193,7 +189,7 @@ def seeded_attempt(task, split: str, revision: str, line: str) -> Attempt:
 
 
 def store(local_cluster, bucket: str = "loop") -> Store:
-    env = store_env(local_cluster)
+    env = tiny_model.store_env(local_cluster)
     os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
     return Store(bucket, env["AWS_ENDPOINT_URL"])
 
@@ -203,7 +199,7 @@ def test_a_missing_bucket_is_named_and_nothing_runs(platform, local_cluster) -> 
     out, _ = done.communicate(timeout=120)
 
     assert done.returncode == 1, out
-    endpoint = store_env(local_cluster)["AWS_ENDPOINT_URL"]
+    endpoint = tiny_model.store_env(local_cluster)["AWS_ENDPOINT_URL"]
     last = out.strip().splitlines()[-1]
     assert last == f"error: bucket: 'no-such-bucket' does not exist at {endpoint}"
     assert "collect" not in out

@@ -78,6 +78,9 @@ Call with (list $ model index).
 {{- /* gpus (required by the schema) 0: a CPU build of vLLM, which asks for no GPU */ -}}
 {{- $gpus := int $m.gpus -}}
 {{- $resources := $m.resources | default $ctx.Values.inference.resources -}}
+{{- /* KAITO's Service for a Workspace sends port 80 to the pod's 5000 (its inference
+server's port); the chart's own Service sends 8000 to 8000 */ -}}
+{{- $port := ternary 5000 8000 (eq ($m.runtime | default "vllm") "kaito") -}}
 metadata:
   labels:
     {{- include "gridloop.labels" (list $ctx (include "gridloop.modelComponent" $m)) | nindent 4 }}
@@ -116,7 +119,7 @@ spec:
         - --served-model-name
         - {{ $m.name | quote }}
         - --port
-        - "8000"
+        - {{ $port | quote }}
         {{- if gt $gpus 1 }}
         - --tensor-parallel-size
         - {{ $gpus | quote }}
@@ -177,7 +180,7 @@ spec:
       {{- end }}
       ports:
         - name: http
-          containerPort: 8000
+          containerPort: {{ $port }}
           protocol: TCP
       # A replaced pod stays in its Service's endpoints until kube-proxy on every node has
       # dropped it: it serves on through that window before vLLM is told to stop (and

@@ -9,7 +9,8 @@ their kinds. `--purge` then deletes the CRDs gridloop applied, after a confirmat
 The release's own Kueue objects (LocalQueues, ClusterQueues, ResourceFlavors) go first,
 while the release's Kueue still runs: Kueue puts a finalizer on each, and only its
 controller removes it. A plain `helm uninstall` deletes the controller with them and
-leaves them terminating for ever, their names taken.
+leaves them terminating for ever, their names taken. The release's KAITO Workspaces
+(models with `runtime: kaito`) go first too, for the same reason (KAITO's finalizer).
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
         gone = _delete_kueue_objects(api, release, namespace, readiness.seconds(where.timeout))
         if gone:
             print(f"  ✓ kueue      {gone} queues and flavors of the release deleted first")
+        served = _delete_workspaces(api, release, namespace, readiness.seconds(where.timeout))
+        if served:
+            print(f"  ✓ kaito      {served} Workspaces of the release deleted first")
         installing.uninstall(release, namespace, where)
         print(f"  ✓ release {release} uninstalled (revision {existing.revision}, {namespace})")
         for test_namespace in _delete_test_namespaces(api, release, namespace):
@@ -159,6 +163,57 @@ def _delete_kueue_objects(
             "(workloads still admitted in them? kubectl get workloads -A)"
         )
     return len(queues)
+
+
+KAITO = ("kaito.sh", "v1beta1", "workspaces")
+
+
+def _delete_workspaces(api: client.ApiClient, release: str, namespace: str, timeout: float) -> int:
+    """Delete the release's KAITO Workspaces (its `runtime: kaito` models) and wait until
+    they are gone, while the release's KAITO still runs: KAITO puts its finalizer on each
+    and only its controller removes it (and the StatefulSet and Services it made). How many
+    there were; nothing when KAITO's CRD is not served."""
+    group, version, plural = KAITO
+    custom = client.CustomObjectsApi(api)
+    selector = f"app.kubernetes.io/instance={release}"
+    try:
+        found = custom.list_namespaced_custom_object(
+            group, version, namespace, plural, label_selector=selector
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return 0
+        raise
+    names = [str(o["metadata"]["name"]) for o in found.get("items") or []]
+    for name in names:
+        try:
+            custom.delete_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    deadline = time.monotonic() + timeout
+    left = list(names)
+    while left and time.monotonic() < deadline:
+        left = [n for n in left if _workspace_exists(custom, namespace, n)]
+        if left:
+            time.sleep(POLL)
+    if left:
+        raise exits.NotReady(
+            f"KAITO Workspace still terminating after {timeout:.0f}s: {', '.join(left)} "
+            f"(kubectl describe workspace -n {namespace} {left[0]})"
+        )
+    return len(names)
+
+
+def _workspace_exists(custom: client.CustomObjectsApi, namespace: str, name: str) -> bool:
+    group, version, plural = KAITO
+    try:
+        custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
 
 
 def _delete_test_namespaces(api: client.ApiClient, release: str, namespace: str) -> list[str]:

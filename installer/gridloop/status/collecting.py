@@ -266,6 +266,58 @@ def model_row(
     )
 
 
+KAITO = ("kaito.sh", "v1beta1")  # KAITO's Workspaces (its controller from the chart's bundle)
+WORKSPACE_LABEL = "kaito.sh/workspace"  # on the pods KAITO makes for a Workspace
+# the conditions KAITO writes on a Workspace, in the order they come true
+WORKSPACE_CONDITIONS = ("NodesReady", "ResourceReady", "InferenceReady", "WorkspaceSucceeded")
+
+
+def workspace_row(obj: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Model:
+    """A KAITO Workspace as a model row: its pods (labelled with its name) for ready and
+    where, its inference template (the chart's vLLM pod, or the user's) for the rest, its
+    conditions as KAITO words them."""
+    meta, status = obj["metadata"], obj.get("status") or {}
+    inference = obj.get("inference") or {}
+    template = inference.get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or [{}]
+    args = " ".join(str(a) for a in containers[0].get("args") or ())
+    fmt = _LOAD_FORMAT.search(args)
+    preset = str((inference.get("preset") or {}).get("name") or "")
+    revision = ((template.get("metadata") or {}).get("annotations") or {}).get(names.MODEL_REVISION)
+    replicas = int(status.get("targetNodeCount") or (obj.get("resource") or {}).get("count") or 1)
+    mine = [
+        p
+        for p in pods
+        if ((p["metadata"].get("labels") or {}).get(WORKSPACE_LABEL) == meta["name"])
+    ]
+    gpus = sum(_int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) for c in containers)
+    found = {c.get("type"): c for c in status.get("conditions") or ()}
+    conditions = []
+    for kind in (*WORKSPACE_CONDITIONS, *sorted(set(found) - set(WORKSPACE_CONDITIONS))):
+        c = found.get(kind)
+        if c is None:
+            continue
+        said = f"{kind}={c.get('status')}"
+        if c.get("status") != "True":
+            message = " ".join(str(c.get("message") or "").split())[:160]
+            said += f" ({c.get('reason') or '-'}): {message}"
+        conditions.append(said)
+    on = {p.get("spec", {}).get("nodeName") for p in mine} | set(status.get("workerNodes") or ())
+    return Model(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        kind="Workspace",
+        replicas=replicas,
+        ready=sum(1 for p in mine if _ready(p.get("status") or {})),
+        endpoint=f"http://{meta['name']}.{meta.get('namespace', '')}.svc:80/v1",
+        load_format=fmt.group(1) if fmt else ("preset" if preset else "auto"),
+        revision=str(revision or preset),
+        gpus=gpus * replicas if template else 0,
+        conditions=tuple(conditions),
+        nodes=tuple(sorted(n for n in on if n)),
+    )
+
+
 def event_row(obj: dict[str, Any]) -> Event:
     about = obj.get("involvedObject") or {}
     when = (
@@ -764,8 +816,9 @@ class Collector:
             _request_timeout=TIMEOUT,
         )
         deployments = [d for d in json.loads(raw.data)["items"] if rollout_reading.is_model(d)]
+        workspaces = self._workspaces()
         if not deployments:
-            return ()
+            return workspaces
 
         def by_namespace(listed: Callable[..., Any]) -> dict[str, list[Any]]:
             answer = listed(
@@ -778,12 +831,37 @@ class Collector:
 
         replica_sets = by_namespace(self.apps.list_replica_set_for_all_namespaces)
         pods = by_namespace(self.core.list_pod_for_all_namespaces)
-        rows = (
+        rows = [
             model_row(d, rollouts.rollout(d, replica_sets.get(ns, []), pods.get(ns, [])))
             for d in deployments
             for ns in [d["metadata"].get("namespace", "")]
+        ]
+        found = [m for m in rows if m] + list(workspaces)
+        return tuple(sorted(found, key=lambda m: (m.namespace, m.name, m.kind)))
+
+    def _workspaces(self) -> tuple[Model, ...]:
+        """KAITO's Workspaces, any namespace; none when KAITO's CRD is not served."""
+        group, version = KAITO
+        try:
+            listed = self.custom.list_cluster_custom_object(
+                group, version, "workspaces", _request_timeout=TIMEOUT
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return ()
+            raise
+        items = list(listed.get("items", []))
+        if not items:
+            return ()
+        answer = self.core.list_pod_for_all_namespaces(
+            label_selector=WORKSPACE_LABEL, _preload_content=False, _request_timeout=TIMEOUT
         )
-        return tuple(sorted((m for m in rows if m), key=lambda m: (m.namespace, m.name)))
+        pods: dict[str, list[Any]] = {}
+        for pod in json.loads(answer.data)["items"]:
+            pods.setdefault(pod["metadata"].get("namespace", ""), []).append(pod)
+        return tuple(
+            workspace_row(w, pods.get(w["metadata"].get("namespace", ""), [])) for w in items
+        )
 
     def _sandboxes(self) -> tuple[Sandbox, ...]:
         group, version = SANDBOX

@@ -99,6 +99,10 @@ class Model:
     gpus: int = 0
     serving: tuple[str, ...] = ()  # revisions with ready pods, newest first
     stuck: str = ""  # why the new revision is not ready and will not be (models/rollouts.py)
+    # a Workspace's conditions in KAITO's words: "InferenceReady=True", or
+    # "InferenceReady=False (Reason): message" when not True
+    conditions: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()  # the nodes its pods run on (a Workspace's)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from gridloop.status.snapshot import (
     VERDICTS,
     WARM,
     Event,
+    Model,
     Node,
     Queue,
     QueuedJob,
@@ -219,10 +220,13 @@ def inference(snapshot: Snapshot) -> Table:
         Column("WHY"),
     )
     rows = []
+    quarantined = {n.name for n in snapshot.nodes if n.quarantined_by}
     for m in snapshot.models:
         ready = f"{m.ready}/{m.replicas}"
         rolling = m.serving and m.serving != (m.revision,)
         why = m.stuck and f"{m.revision} stuck: {m.stuck}"
+        if m.kind == "Workspace":
+            why = workspace_why(m, quarantined)
         cells = (
             m.namespace,
             m.name,
@@ -236,9 +240,17 @@ def inference(snapshot: Snapshot) -> Table:
             why or (f"rolling to {m.revision}" if rolling else ""),
         )
         keys = (m.namespace, m.name, m.kind, (m.ready, m.replicas), m.gpus, *cells[5:])
-        alert = m.ready < m.replicas or bool(m.stuck)
+        alert = m.ready < m.replicas or bool(m.stuck) or bool(why)
         rows.append(Row(f"{m.namespace}/{m.name}", cells, keys, alert=alert))
     return Table("inference", columns, tuple(rows), "no models (values: inference.models)")
+
+
+def workspace_why(m: Model, quarantined: set[str]) -> str:
+    """What keeps a KAITO Workspace from serving: a node of its quarantined by the health
+    service, then the first of KAITO's conditions that is not True, in KAITO's words."""
+    out = [f"node {n} quarantined" for n in m.nodes if n in quarantined]
+    out += [c for c in m.conditions if not c.endswith("=True")][:1]
+    return "; ".join(out)
 
 
 NO_RUNTIME_CLASS = "runc (none)"  # no runtimeClassName: the node's default runtime, no gVisor
