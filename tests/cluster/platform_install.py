@@ -30,6 +30,7 @@ from kubernetes.client.rest import ApiException
 from gridloop.bundle import bundling
 from gridloop.chart import readiness
 from gridloop.local import cluster
+from gridloop.local.addons import object_store
 from gridloop.local.build import building
 
 RELEASE = "gridloop-itest"
@@ -39,6 +40,8 @@ GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 # kept by uninstall (helm.sh/resource-policy: keep), with what users made there
 KEPT_NAMESPACES = (NAMESPACE, "team-default", "agents", "agent-sandbox-system", "kueue-system")
 HEALTH_OFF = ("health.enabled=false",)
+# where a user's install goes (no --release, no --namespace: the chart's defaults)
+USER_NAMESPACE, USER_RELEASE = "gridloop-system", "gridloop"
 
 
 @dataclass(frozen=True)
@@ -185,3 +188,18 @@ class SharedPlatform:
 
 
 SHARED = SharedPlatform()
+
+
+def ensure_release_namespace(local_cluster) -> None:
+    """The namespace `gridloop install` defaults to, with the store's keys Secret `local up`
+    writes there (a guard: no module deletes them)."""
+    core = local_cluster.core
+    if USER_NAMESPACE not in {n.metadata.name for n in core.list_namespace().items}:
+        core.create_namespace({"metadata": {"name": USER_NAMESPACE}})
+    secret = object_store.secret_object(local_cluster.state.dir, USER_NAMESPACE)
+    try:
+        core.read_namespaced_secret(secret["metadata"]["name"], USER_NAMESPACE)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        core.create_namespaced_secret(USER_NAMESPACE, secret)

@@ -2,7 +2,8 @@
 from KAITO v0.12.0's source release (a mirror of github.com/kaito-project/kaito, checked
 by its sha256: `gridloop local build kaito --mirror DIR`), bundled from the same archive
 (`--mirror`), a real pod on the container node with nodes the user brings
-(`--node-provisioner=byo`), its CRDs served and its admission webhook answering.
+(`--node-provisioner=byo`), its CRDs served and its admission webhook answering; then
+docs/kaito.md's Workspace serving the tiny model on the container node, as a user runs it.
 
 The mirror is the project's (../shared/upstream/, or $GRIDLOOP_UPSTREAM_MIRROR): without
 it this module fails, never skips.
@@ -16,53 +17,60 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import tiny_model
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import (
-    NAMESPACE,
-    RELEASE,
+    KEPT_NAMESPACES,
+    USER_NAMESPACE,
+    USER_RELEASE,
     Installed,
-    installed_platform,
+    ensure_release_namespace,
     remove_kept_namespaces,
 )
+from user_walks import BIN_DIR, walk_folder
 
 import upstream_mirror
+from doc_blocks import doc_block, substituted
 from examples import example
 from gridloop import versions
-from gridloop.local.addons import object_store
 
 # the tiny-CPU Workspace runs gridloop's vLLM CPU image: these run with the heavy images
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("heavy_images")]
+NAMESPACE = USER_NAMESPACE  # the walk installs where a user's install goes
 CONTROLLER = "kaito-workspace"  # upstream's Deployment, in the release namespace
 WORKSPACES = "workspaces.kaito.sh"
-EXAMPLE = example("kaito/workspace-tiny-cpu.yaml")
 MODEL = "tiny-kaito"  # the example's Workspace
-# what the Workspace needs besides KAITO: no other controller, no health service
-LEAN = (
-    "health.enabled=false",
-    "kueue.enabled=false",
-    "kuberay.enabled=false",
-    "agentSandbox.enabled=false",
-    "kaito.enabled=true",
-)
+WALK = doc_block("docs/kaito.md", "Serve the tiny model through KAITO")
 
 
 @pytest.fixture(scope="module")
 def platform(local_cluster, heavy_images, tmp_path_factory) -> Iterator[Installed]:
-    """The bundle with KAITO (from the mirror) installed with the example's Workspace, the
-    tiny model's revision r1 in the store and the serving keys' Secret made first."""
+    """docs/kaito.md's walk on the running cluster, in a folder of the user's with the
+    repository's examples, `gridloop local env` finding the suite's cluster; the mirror's
+    folder is the project's, the model's the test's own."""
     work = tmp_path_factory.mktemp("kaito")
-    tiny_model.push(local_cluster, work / "r1", "tiny", "r1", "1")
-    core = local_cluster.core
-    remove_kept_namespaces(core)
-    core.create_namespace({"metadata": {"name": NAMESPACE}})
-    core.create_namespaced_secret(
-        NAMESPACE, object_store.secret_object(local_cluster.state.dir, NAMESPACE)
+    walk = walk_folder(local_cluster, work)
+    script = substituted(
+        WALK,
+        {
+            ".venv/bin/": f"{BIN_DIR}/",
+            "../shared/upstream": str(upstream_mirror.folder()),
+            "/tmp/tiny": str(work / "tiny"),
+        },
     )
-    mirror = upstream_mirror.folder()
-    with installed_platform(local_cluster, work, LEAN, (EXAMPLE,), mirror=mirror) as done:
-        yield done
+    ensure_release_namespace(local_cluster)
+    installed = walk.installed(local_cluster, work)  # --mirror: no chart folder of its own
+    try:
+        said = walk.run(script)
+        yield walk.installed(local_cluster, work, said)
+    finally:
+        gone = installed.gridloop(
+            "uninstall", "--release", USER_RELEASE, "--namespace", USER_NAMESPACE
+        )
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        # not the release namespace: `local up` made it (the store's keys, Prometheus's
+        # ServiceAccount)
+        remove_kept_namespaces(local_cluster.core, KEPT_NAMESPACES[1:])
 
 
 def workspace(name: str, **spec: Any) -> dict[str, Any]:
@@ -128,17 +136,15 @@ def test_doctor_names_the_kaito_this_release_installed_and_refuses_a_second_one(
 
     def kaito_check(release: str, namespace: str) -> dict[str, Any]:
         done = platform.gridloop(
-            "doctor", "--chart", str(platform.chart), "--profile", "local",
-            "-f", str(platform.work / "fleet-values.yaml"), "-f", str(EXAMPLE),
-            *(f"--set={s}" for s in LEAN),
-            "--release", release, "--namespace", namespace,
-            "--kubeconfig", platform.env["KUBECONFIG"], "-o", "json",
+            "doctor", "--profile", "local", "--mirror", str(upstream_mirror.folder()),
+            "--set", "kaito.enabled=true", "-f", str(example("kaito/workspace-tiny-cpu.yaml")),
+            "--release", release, "--namespace", namespace, "-o", "json",
         )  # fmt: skip
         assert done.stdout, done.stderr
         checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
-        return checks["kaito"]
+        return dict(checks["kaito"])
 
-    mine = kaito_check(RELEASE, NAMESPACE)
+    mine = kaito_check(USER_RELEASE, NAMESPACE)
     assert (mine["status"], mine["detail"]) == (
         "pass",
         f"installed by this chart (KAITO {kaito.version})",
@@ -207,7 +213,7 @@ def test_the_tiny_cpu_workspace_is_served_by_kaito_and_answers_completions(
 def test_uninstall_deletes_the_releases_workspace_while_kaito_still_runs(platform, local_cluster):
     """KAITO's finalizer is on the Workspace: deleted with the controller (a plain helm
     uninstall), it would stay terminating, its name taken. Last in this module."""
-    done = platform.gridloop("uninstall", *platform.where())
+    done = platform.gridloop("uninstall", "--release", USER_RELEASE, "--namespace", NAMESPACE)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "✓ kaito      1 Workspaces of the release deleted first" in done.stdout, done.stdout

@@ -28,20 +28,20 @@ import ray_jobs
 import registry_images
 import tiny_model
 from health_pods import clear_faults, gpu_quota, inject, tainted
-from kubernetes.client.rest import ApiException
 from platform_install import (
     GRIDLOOP,
     KEPT_NAMESPACES,
+    USER_NAMESPACE,
+    USER_RELEASE,
     Installed,
-    cluster_fleet,
+    ensure_release_namespace,
     remove_kept_namespaces,
 )
 from test_inference_served import Load, model_pods, openai_answers, served_root, service_url
+from user_walks import BIN_DIR, walk_folder
 
 from doc_blocks import doc_block, substituted
-from examples import EXAMPLES
 from gridloop.local import cluster
-from gridloop.local.addons import object_store
 from gridloop.local.build.images import locked_images
 from gridloop.loop.build_tasks import LETTERS, make_suite
 from gridloop.loop.store import Store
@@ -72,8 +72,6 @@ LOOP_STEPS = doc_block("docs/loop.md", "Run it")
 BENCHMARK_RUN = (
     "gridloop loop run --run bench-1 --iterations 3 --tasks 160 --attempts 3 --out /tmp/loop"
 )
-# where a user's install goes (no --release, no --namespace: the chart's defaults)
-USER_NAMESPACE, USER_RELEASE = "gridloop-system", "gridloop"
 HEAVY = {image.name: image.ref() for image in locked_images.IMAGES}
 
 
@@ -84,36 +82,23 @@ def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
     them back; run in a folder of the user's with the repository's examples, `gridloop
     local env` finding the suite's cluster."""
     work = tmp_path_factory.mktemp("loop")
-    (work / "examples").symlink_to(EXAMPLES)
-    bin_dir = str(Path(GRIDLOOP).parent)
+    walk = walk_folder(local_cluster, work)
     tiny = str(work / "tiny")
     script = "\n".join(
         (
-            f"{bin_dir}/gridloop bundle --skip kaito",  # as `make demo` left ./dist
-            substituted(README_MODEL, {".venv/bin/": f"{bin_dir}/", "/tmp/tiny": tiny}),
+            f"{BIN_DIR}/gridloop bundle --skip kaito",  # as `make demo` left ./dist
+            substituted(README_MODEL, {".venv/bin/": f"{BIN_DIR}/", "/tmp/tiny": tiny}),
             substituted(LOOP_STEPS, {"/tmp/tiny": tiny, BENCHMARK_RUN: ":"}),
         )
     )
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG" and not k.startswith("AWS_")}
-    env |= {"GRIDLOOP_STATE": str(local_cluster.state.dir), "PATH": f"{bin_dir}:{env['PATH']}"}
-    for key in ("CACHE", "CONFIG", "DATA"):  # helm's homes of this walk's own
-        env[f"HELM_{key}_HOME"] = str(work / "helm" / key.lower())
     port = local_cluster.state.ports.registry
     for ref in (HEAVY["vllm-cpu"], HEAVY["trainer"]):
         registry_images.forget(port, ref)
     clear_faults(local_cluster)
     ensure_release_namespace(local_cluster)
-    installed = Installed(
-        work / "dist" / "gridloop", cluster_fleet(local_cluster), work,
-        {**env, "KUBECONFIG": str(local_cluster.kubeconfig)}, "",
-    )  # fmt: skip
+    installed = walk.installed(local_cluster, work / "dist" / "gridloop")
     try:
-        walked = subprocess.run(
-            ["bash", "-euxo", "pipefail", "-c", script],
-            cwd=work, env=env, capture_output=True, text=True, timeout=1800,
-        )  # fmt: skip
-        said = walked.stdout + walked.stderr
-        assert walked.returncode == 0, said[-6000:]
+        said = walk.run(script)
         for ref in (HEAVY["vllm-cpu"], HEAVY["trainer"]):
             assert registry_images.holds(port, ref), f"{ref} not pushed by the walk:\n{said}"
         pushes = [x for x in said.splitlines() if x.startswith("images: pushed to")]
@@ -141,21 +126,6 @@ def platform(local_cluster, tmp_path_factory) -> Iterator[Installed]:
 def served_models(local_cluster) -> list[str]:
     pods = model_pods(local_cluster, USER_NAMESPACE)
     return [p.metadata.labels["gridloop.io/model"] for p in pods]
-
-
-def ensure_release_namespace(local_cluster) -> None:
-    """The namespace `gridloop install` defaults to, with the store's keys Secret `local up`
-    writes there (a guard: no module deletes them)."""
-    core = local_cluster.core
-    if USER_NAMESPACE not in {n.metadata.name for n in core.list_namespace().items}:
-        core.create_namespace({"metadata": {"name": USER_NAMESPACE}})
-    secret = object_store.secret_object(local_cluster.state.dir, USER_NAMESPACE)
-    try:
-        core.read_namespaced_secret(secret["metadata"]["name"], USER_NAMESPACE)
-    except ApiException as err:
-        if err.status != 404:
-            raise
-        core.create_namespaced_secret(USER_NAMESPACE, secret)
 
 
 def loop_jobs(local_cluster) -> list[str]:
