@@ -12,14 +12,18 @@ it this module fails, never skips.
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fleet_reset import put_back
+from health_pods import inject, settle, tainted
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import (
+    GRIDLOOP,
     KEPT_NAMESPACES,
     USER_NAMESPACE,
     USER_RELEASE,
@@ -208,6 +212,91 @@ def test_the_tiny_cpu_workspace_is_served_by_kaito_and_answers_completions(
         "NodesReady=True", "ResourceReady=True", "InferenceReady=True", "WorkspaceSucceeded=True",
     ], row  # fmt: skip
     assert row["nodes"] == [pod.spec.node_name]
+
+
+def preset(name: str, selector: dict[str, str]) -> dict[str, Any]:
+    """One of KAITO's presets on the nodes `selector` picks (KAITO sizes it from their GPU
+    labels)."""
+    return workspace(
+        name,
+        resource={"labelSelector": {"matchLabels": selector}},
+        inference={"preset": {"name": "phi-4-mini-instruct"}},
+    )
+
+
+def test_a_preset_on_the_simulated_gpu_nodes_lands_where_its_labels_say_never_on_a_quarantined_node(
+    platform, local_cluster, eventually
+):
+    """Simulated: the GPU nodes are kwok's, so the preset's pod runs nothing (KAITO's
+    kaito-base image is never pulled). Real: KAITO sizing it from the nodes' GPU labels,
+    the StatefulSet it makes, the chart's health service quarantining a node, the
+    scheduler placing the pod."""
+    core, custom = local_cluster.core, client.CustomObjectsApi(local_cluster.api)
+    pool = {"gridloop.io/site": "eu-west", "gridloop.io/pool": "a100"}
+    zones: dict[str, list[str]] = {}
+    for node in core.list_node(label_selector=",".join(f"{k}={v}" for k, v in pool.items())).items:
+        zones.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
+            node.metadata.name
+        )
+    zone, names = min((z, sorted(n)) for z, n in zones.items() if len(n) >= 2)
+    sick, healthy = names[0], set(names[1:])
+    inject(local_cluster, sick)
+    made: list[str] = []
+    try:
+        eventually(lambda: tainted(local_cluster, sick), f"{sick} quarantined", timeout=120)
+        for name, selector in (
+            ("phi-zone", {**pool, "topology.kubernetes.io/zone": zone}),
+            ("phi-sick", {"kubernetes.io/hostname": sick}),
+        ):
+            custom.create_namespaced_custom_object(
+                "kaito.sh", "v1beta1", NAMESPACE, "workspaces", preset(name, selector)
+            )
+            made.append(name)
+
+        def placed(name: str) -> Any:
+            try:
+                pod = core.read_namespaced_pod(f"{name}-0", NAMESPACE)
+            except ApiException:
+                return None
+            scheduled = [c for c in pod.status.conditions or [] if c.type == "PodScheduled"]
+            return (
+                pod
+                if scheduled and (pod.spec.node_name or scheduled[0].status == "False")
+                else None
+            )
+
+        # on the zone's healthy node, which its labels pick
+        zoned = eventually(lambda: placed("phi-zone"), "phi-zone's pod scheduled", timeout=120)
+        assert zoned.spec.node_name in healthy, (zoned.spec.node_name, sick)
+        assert zoned.spec.containers[0].resources.limits.get("nvidia.com/gpu"), zoned.spec
+        # only the quarantined node picked: never placed there, and KAITO says why
+        held = eventually(lambda: placed("phi-sick"), "phi-sick's pod judged", timeout=120)
+        assert held.spec.node_name is None, held.spec.node_name
+        eventually(
+            lambda: conditions(local_cluster, "phi-sick").get("InferenceReady") == "False",
+            "phi-sick: InferenceReady False",
+            timeout=60,
+        )
+    finally:
+        for name in made:
+            custom.delete_namespaced_custom_object(
+                "kaito.sh", "v1beta1", NAMESPACE, "workspaces", name
+            )
+        eventually(lambda: not set(made) & workspace_names(local_cluster), "presets gone", 120)
+        # the fault cleared and out of Prometheus before the node is put back, so the
+        # chart's service, still running, has nothing to quarantine it again for
+        subprocess.run(
+            [GRIDLOOP, "sim", "clear", "--state-dir", str(local_cluster.state.dir)], check=True
+        )
+        settle(local_cluster)
+        put_back(core)
+
+
+def workspace_names(local_cluster) -> set[str]:
+    listed = client.CustomObjectsApi(local_cluster.api).list_namespaced_custom_object(
+        "kaito.sh", "v1beta1", NAMESPACE, "workspaces"
+    )
+    return {item["metadata"]["name"] for item in listed["items"]}
 
 
 def test_uninstall_deletes_the_releases_workspace_while_kaito_still_runs(platform, local_cluster):

@@ -52,7 +52,8 @@ def condition(kind: str, status: str, reason: str = "", message: str = "") -> di
 
 SERVING = {
     "targetNodeCount": 1,
-    "workerNodes": ["system-000"],
+    # every node its labelSelector picks (BYO); its pod runs on one
+    "workerNodes": ["system-000", "system-001"],
     "conditions": [
         condition("WorkspaceSucceeded", "True", "workspaceSucceeded"),
         condition("InferenceReady", "True", "WorkspaceInferenceStatusSuccess"),
@@ -72,7 +73,7 @@ def test_a_serving_workspace_is_a_model_row_with_kaitos_conditions_in_their_orde
     assert m.conditions == (
         "NodesReady=True", "ResourceReady=True", "InferenceReady=True", "WorkspaceSucceeded=True",
     )  # fmt: skip
-    assert m.nodes == ("system-000",)
+    assert m.nodes == ("system-000",) and m.serving == ("r1",)
     table = views.inference(Snapshot(taken_at=0.0, models=(m,)))
     (row,) = table.rows
     assert row.cells[2] == "Workspace" and row.cells[-1] == "" and not row.alert
@@ -111,3 +112,14 @@ def test_the_quarantine_of_a_workspaces_node_is_shown_on_its_row_and_in_json():
     assert row.cells[-1] == "node system-000 quarantined" and row.alert
     (shown,) = json.loads(printing.as_json(snapshot, ["inference"]))["models"]
     assert shown["kind"] == "Workspace" and "InferenceReady=True" in shown["conditions"]
+
+
+def test_a_preset_workspace_counts_the_gpus_of_the_pods_kaito_made():
+    preset = workspace(**SERVING)
+    preset["inference"] = {"preset": {"name": "phi-4-mini-instruct"}}
+    running = pod("tiny-kaito-0", "tiny-kaito", "eu-west-a100-002", True)
+    running["spec"]["containers"] = [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    m = collecting.workspace_row(preset, [running])
+    assert (m.load_format, m.revision, m.gpus, m.nodes) == (
+        "preset", "phi-4-mini-instruct", 1, ("eu-west-a100-002",),
+    )  # fmt: skip

@@ -273,9 +273,9 @@ WORKSPACE_CONDITIONS = ("NodesReady", "ResourceReady", "InferenceReady", "Worksp
 
 
 def workspace_row(obj: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Model:
-    """A KAITO Workspace as a model row: its pods (labelled with its name) for ready and
-    where, its inference template (the chart's vLLM pod, or the user's) for the rest, its
-    conditions as KAITO words them."""
+    """A KAITO Workspace as a model row: its pods (labelled with its name) for ready, GPUs
+    and where they run, its inference template (the chart's vLLM pod, or the user's) for
+    the rest, its conditions as KAITO words them."""
     meta, status = obj["metadata"], obj.get("status") or {}
     inference = obj.get("inference") or {}
     template = inference.get("template") or {}
@@ -302,7 +302,13 @@ def workspace_row(obj: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Model:
             message = " ".join(str(c.get("message") or "").split())[:160]
             said += f" ({c.get('reason') or '-'}): {message}"
         conditions.append(said)
-    on = {p.get("spec", {}).get("nodeName") for p in mine} | set(status.get("workerNodes") or ())
+    # where its pods run (status.workerNodes is every node the labelSelector picks, in BYO)
+    on = {(p.get("spec") or {}).get("nodeName") for p in mine}
+    in_pods = sum(
+        _int(((c.get("resources") or {}).get("limits") or {}).get(GPU))
+        for p in mine
+        for c in (p.get("spec") or {}).get("containers") or ()
+    )
     return Model(
         namespace=meta.get("namespace", ""),
         name=meta["name"],
@@ -312,7 +318,10 @@ def workspace_row(obj: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Model:
         endpoint=f"http://{meta['name']}.{meta.get('namespace', '')}.svc:80/v1",
         load_format=fmt.group(1) if fmt else ("preset" if preset else "auto"),
         revision=str(revision or preset),
-        gpus=gpus * replicas if template else 0,
+        gpus=in_pods if mine else gpus * replicas,
+        serving=(str(revision),)
+        if revision and any(_ready(p.get("status") or {}) for p in mine)
+        else (),
         conditions=tuple(conditions),
         nodes=tuple(sorted(n for n in on if n)),
     )
