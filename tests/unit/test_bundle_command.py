@@ -16,7 +16,7 @@ import yaml
 
 from gridloop import versions
 from gridloop.bundle import bundling, caching, charting
-from gridloop.bundle.sources import COMPONENTS, source_for
+from gridloop.bundle.sources import COMPONENTS, Kind, source_for
 from gridloop.errors import BuildError, UsageError
 
 KEEP = {"helm.sh/resource-policy": "keep"}
@@ -36,13 +36,18 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _objects(component: str) -> list[dict[str, object]]:
     """A mirrored component: what the bundle's edits need (adjustments.integrate).
 
-    KubeRay's objects sit in `default`, and Kueue has its controller config, mounted by
-    its Deployment.
+    Where upstream moves to the release namespace from one of its own (KubeRay's
+    `default`, KAITO's `kaito-workspace`), the objects sit there; Kueue has its controller
+    config, mounted by its Deployment.
     """
-    namespace = "default" if component == "kuberay" else f"{component}-system"
+    namespace = source_for(component).release_namespace_from or f"{component}-system"
     # agent-sandbox's controller with the flag its extensions (SandboxTemplate) need
     name = "agent-sandbox-controller" if component == "agent-sandbox" else component
     args = ["--extensions"] if component == "agent-sandbox" else []
+    container = name
+    pin = source_for(component).pin
+    if source_for(component).kind is Kind.HELM_CHART and pin is not None:
+        name, container = pin.name, pin.container  # a chart's rendering gets its image pinned
     workload = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -50,7 +55,9 @@ def _objects(component: str) -> list[dict[str, object]]:
         "spec": {
             "template": {
                 "spec": {
-                    "containers": [{"name": name, "image": f"mirror/{component}:1", "args": args}],
+                    "containers": [
+                        {"name": container, "image": f"mirror/{component}:1", "args": args}
+                    ],
                     "volumes": [{"name": "config", "configMap": {"name": "kueue-manager-config"}}],
                 }
             }

@@ -321,7 +321,8 @@ def test_no_two_nodes_hand_out_the_same_pod_address() -> None:
 def test_each_mirrored_registry_has_a_hosts_file_and_nothing_else_does() -> None:
     files = configs.registry_hosts(REGISTRY)
 
-    assert set(files) == {"registry.k8s.io", "ghcr.io", "docker.io", "quay.io"}
+    # KAITO's controller image keeps upstream's name on mcr.microsoft.com
+    assert set(files) == {"registry.k8s.io", "ghcr.io", "docker.io", "quay.io", "mcr.microsoft.com"}
 
 
 @pytest.mark.parametrize(
@@ -331,6 +332,7 @@ def test_each_mirrored_registry_has_a_hosts_file_and_nothing_else_does() -> None
         ("ghcr.io", "https://ghcr.io"),
         ("docker.io", "https://registry-1.docker.io"),
         ("quay.io", "https://quay.io"),
+        ("mcr.microsoft.com", "https://mcr.microsoft.com"),
     ],
 )
 def test_each_registry_is_pulled_from_its_own_path_of_the_local_registry(
