@@ -849,14 +849,15 @@ class Collector:
         return tuple(sorted(found, key=lambda m: (m.namespace, m.name, m.kind)))
 
     def _workspaces(self) -> tuple[Model, ...]:
-        """KAITO's Workspaces, any namespace; none when KAITO's CRD is not served."""
+        """KAITO's Workspaces, any namespace; none when KAITO's CRD is not served, or the
+        user may not list them (the chart's own model servers are still shown)."""
         group, version = KAITO
         try:
             listed = self.custom.list_cluster_custom_object(
                 group, version, "workspaces", _request_timeout=TIMEOUT
             )
         except ApiException as err:
-            if err.status == 404:
+            if err.status in (403, 404):
                 return ()
             raise
         items = list(listed.get("items", []))
