@@ -234,6 +234,11 @@ def queue_row(
     )
 
 
+def gpu_limits(containers: Sequence[dict[str, Any]]) -> int:
+    """The GPUs these containers' limits ask for."""
+    return sum(_int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) for c in containers)
+
+
 _LOAD_FORMAT = re.compile(r"--load-format[= ](\S+)")
 
 
@@ -250,7 +255,7 @@ def model_row(
     args = " ".join(str(a) for a in containers[0].get("args") or ())
     fmt = _LOAD_FORMAT.search(args)
     status = obj.get("status") or {}
-    gpus = sum(_int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) for c in containers)
+    gpus = gpu_limits(containers)
     return Model(
         namespace=meta.get("namespace", ""),
         name=name,
@@ -290,7 +295,7 @@ def workspace_row(obj: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Model:
         for p in pods
         if ((p["metadata"].get("labels") or {}).get(WORKSPACE_LABEL) == meta["name"])
     ]
-    gpus = sum(_int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) for c in containers)
+    gpus = gpu_limits(containers)
     found = {c.get("type"): c for c in status.get("conditions") or ()}
     conditions = []
     for kind in (*WORKSPACE_CONDITIONS, *sorted(set(found) - set(WORKSPACE_CONDITIONS))):
@@ -304,11 +309,7 @@ def workspace_row(obj: dict[str, Any], pods: Sequence[dict[str, Any]]) -> Model:
         conditions.append(said)
     # where its pods run (status.workerNodes is every node the labelSelector picks, in BYO)
     on = {(p.get("spec") or {}).get("nodeName") for p in mine}
-    in_pods = sum(
-        _int(((c.get("resources") or {}).get("limits") or {}).get(GPU))
-        for p in mine
-        for c in (p.get("spec") or {}).get("containers") or ()
-    )
+    in_pods = sum(gpu_limits((p.get("spec") or {}).get("containers") or ()) for p in mine)
     return Model(
         namespace=meta.get("namespace", ""),
         name=meta["name"],

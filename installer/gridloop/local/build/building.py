@@ -239,6 +239,25 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
     overlay = _write_overlay(recipe, comp, module_dir, folder)
 
     targets = {name: f"./cmd/{name}" for name in [*recipe.shims, *recipe.mains]} | recipe.binaries
+    _go_build(go, recipe, comp, targets, src, env, report, overlay)
+    _stamp(folder, recipe, comp)
+
+
+def _go_build(
+    go: str,
+    recipe: Recipe,
+    comp: Component,
+    targets: dict[str, str],
+    cwd: Path,
+    env: dict[str, str],
+    report: Reporter,
+    overlay: Path | None = None,
+) -> None:
+    """`go build` of each target (binary name -> package) in `cwd` into the recipe's bin/,
+    with upstream's release flags, each written whole or not at all."""
+    folder = recipe_dir(recipe, comp)
+    bindir, log = folder / "bin", folder / "build.log"
+    what = f"building {comp.name} {comp.version}"
     for name, pkg in targets.items():
         report(Progress(comp.name, comp.version, name, "building", log=log))
         start = time.monotonic()
@@ -249,10 +268,9 @@ def _build_component(go: str, recipe: Recipe, comp: Component, report: Reporter)
         if overlay:
             cmd += ["-overlay", str(overlay)]
         cmd += ["-ldflags", " ".join(["-s", "-w", *recipe.ldflags(comp)]), pkg]
-        _run(cmd, src, log, env, f"{what}: {name}")
+        _run(cmd, cwd, log, env, f"{what}: {name}")
         tmp.replace(bindir / name)
         report(Progress(comp.name, comp.version, name, "built", time.monotonic() - start, log))
-    _stamp(folder, recipe, comp)
 
 
 def _mirror_archive(comp: Component, mirror: Path | None) -> Path:
@@ -289,15 +307,7 @@ def _build_from_archive(
         raise BuildError(f"{what}: {archive} has no Go source at {inside}/ (no go.mod)")
     env = _go_env(folder)
     env["GOFLAGS"] = "-mod=readonly -buildvcs=false"
-    for name, pkg in recipe.binaries.items():
-        report(Progress(comp.name, comp.version, name, "building", log=log))
-        start = time.monotonic()
-        tmp = bindir / f".{name}.tmp"
-        ldflags = " ".join(["-s", "-w", *recipe.ldflags(comp)])
-        cmd = [go, "build", "-trimpath", NO_DWARF, "-o", str(tmp), "-ldflags", ldflags, pkg]
-        _run(cmd, root, log, env, f"{what}: {name}")
-        tmp.replace(bindir / name)
-        report(Progress(comp.name, comp.version, name, "built", time.monotonic() - start, log))
+    _go_build(go, recipe, comp, recipe.binaries, root, env, report)
     for name, path in recipe.source_files.items():
         shutil.copyfile(root / path, bindir / name)
     shutil.rmtree(src, ignore_errors=True)  # the source is the archive's; the binary is what stays
