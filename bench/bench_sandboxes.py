@@ -2,7 +2,7 @@
 
 Needs a running local cluster with the chart installed with the local profile
 (`gridloop local up`, then `gridloop install --profile local`). The client is
-k8s-agent-sandbox 0.2.1's SandboxClient, given the router Service's address (the host
+k8s-agent-sandbox 1.0.8's SandboxClient, given the router Service's address (the host
 reaches ClusterIPs through kube-proxy), so the figures are the platform's and not
 `kubectl port-forward`'s (the client's developer mode adds its own start and a fixed
 0.5 s wait to each claim).
@@ -48,9 +48,9 @@ from gridloop.local.build.images import python_images
 from gridloop.local.state import load
 
 NS = "agents"
-TEMPLATE = "default"
-EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
-POOL_LABEL = "agents.x-k8s.io/pool"
+POOL = "default"  # the chart's SandboxWarmPool (named as its template)
+EXTENSIONS = ("extensions.agents.x-k8s.io", "v1beta1")
+POOL_LABEL = "agents.x-k8s.io/warm-pool-sandbox"  # on a pool's sandboxes until claimed
 CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
 
 
@@ -89,14 +89,12 @@ class Bench:
     # --- the warm pool ---
 
     def replicas(self) -> int:
-        pool = self.custom.get_namespaced_custom_object(
-            *EXTENSIONS, NS, "sandboxwarmpools", TEMPLATE
-        )
+        pool = self.custom.get_namespaced_custom_object(*EXTENSIONS, NS, "sandboxwarmpools", POOL)
         return int(pool["spec"]["replicas"])
 
     def set_replicas(self, n: int) -> None:
         self.custom.patch_namespaced_custom_object(
-            *EXTENSIONS, NS, "sandboxwarmpools", TEMPLATE, {"spec": {"replicas": n}}
+            *EXTENSIONS, NS, "sandboxwarmpools", POOL, {"spec": {"replicas": n}}
         )
 
     def warm(self) -> list[client.V1Pod]:
@@ -119,15 +117,16 @@ class Bench:
     def claim_once(self) -> tuple[float, float]:
         """(seconds to the claim's sandbox being usable, to the first command's output)."""
         from k8s_agent_sandbox import SandboxClient
+        from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 
         t0 = time.monotonic()
-        with SandboxClient(
-            template_name=TEMPLATE, namespace=NS, api_url=self.api_url, sandbox_ready_timeout=180
-        ) as sandbox:
+        with SandboxClient(SandboxDirectConnectionConfig(api_url=self.api_url)) as sandboxes:
+            sandbox = sandboxes.create_sandbox(POOL, namespace=NS, sandbox_ready_timeout=180)
             claimed = time.monotonic() - t0
-            out = sandbox.run("echo ready")
+            out = sandbox.commands.run("echo ready")
             first = time.monotonic() - t0
             assert out.stdout == "ready\n", out
+            sandbox.terminate()
         return claimed, first
 
     def claims(self, total: int, block: int, say: Callable[[str], None]) -> dict[str, Any]:

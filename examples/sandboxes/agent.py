@@ -1,15 +1,15 @@
 """An agent-shaped loop in a gridloop sandbox, through agent-sandbox's own client.
 
-It claims a sandbox from the warm pool of a SandboxTemplate (`k8s-agent-sandbox`'s
-SandboxClient: a SandboxClaim, then requests through the sandbox router), writes a
-small repository with a failing test into it, runs the test (it fails), reads the
-failing file back, writes a fix, runs the test again (it passes), and releases the
-sandbox (the claim is deleted; the warm pool makes a new one). Every step is printed as
-one JSON line: what was done, its exit code, the sizes of its output and how long it
-took; the last line is the episode's reward (1.0 when the tests pass at the end).
+It claims a sandbox from a warm pool (`k8s-agent-sandbox`'s SandboxClient: a SandboxClaim
+of the SandboxWarmPool, then requests through the sandbox router), writes a small
+repository with a failing test into it, runs the test (it fails), reads the failing file
+back, writes a fix, runs the test again (it passes), and releases the sandbox (the claim
+is deleted; the warm pool makes a new one). Every step is printed as one JSON line: what
+was done, its exit code, the sizes of its output and how long it took; the last line is
+the episode's reward (1.0 when the tests pass at the end).
 
-    pip install k8s-agent-sandbox==0.2.1
-    python examples/sandboxes/agent.py --namespace agents --template default
+    pip install k8s-agent-sandbox==1.0.8
+    python examples/sandboxes/agent.py --namespace agents --warm-pool default
 
 Without --api-url the client reaches the router with `kubectl port-forward` to
 `svc/sandbox-router-svc` in the namespace (its developer mode: kubectl on PATH, your
@@ -28,6 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 from k8s_agent_sandbox import SandboxClient
+from k8s_agent_sandbox.exceptions import SandboxWarmPoolNotFoundError
+from k8s_agent_sandbox.models import (
+    SandboxDirectConnectionConfig,
+    SandboxLocalTunnelConnectionConfig,
+)
 from kubernetes import client as kube
 from kubernetes import config as kubeconfig
 
@@ -93,21 +98,17 @@ class Trajectory:
         return result
 
 
-def missing_template(namespace: str, template: str) -> str | None:
-    """Why a claim for `template` could never be served, or None. agent-sandbox's client
-    would only time out waiting: its claim's condition says TemplateNotFound."""
+def pools_in(namespace: str) -> str:
+    """The warm pools there are in `namespace`, for the line that says a name is not one."""
     try:
         kubeconfig.load_incluster_config()
     except kubeconfig.ConfigException:
         kubeconfig.load_kube_config()
     found = kube.CustomObjectsApi().list_namespaced_custom_object(
-        "extensions.agents.x-k8s.io", "v1alpha1", namespace, "sandboxtemplates"
+        "extensions.agents.x-k8s.io", "v1beta1", namespace, "sandboxwarmpools"
     )
     names = sorted(item["metadata"]["name"] for item in found.get("items", []))
-    if template in names:
-        return None
-    have = ", ".join(names) if names else "none"
-    return f"--template: no SandboxTemplate {template!r} in namespace {namespace} (there: {have})"
+    return ", ".join(names) if names else "none"
 
 
 def run_episode(sandbox: Any, trajectory: Trajectory, timeout: int) -> bool:
@@ -117,46 +118,56 @@ def run_episode(sandbox: Any, trajectory: Trajectory, timeout: int) -> bool:
         return trajectory.record(
             "run",
             command,
-            lambda: sandbox.run(f"timeout {timeout} {command}", timeout=timeout + 10),
+            lambda: sandbox.commands.run(f"timeout {timeout} {command}", timeout=timeout + 10),
         )
 
-    trajectory.record("write", "calc.py", lambda: sandbox.write("calc.py", CALC))
-    trajectory.record("write", "test_calc.py", lambda: sandbox.write("test_calc.py", TEST))
-    trajectory.record("list", ".", lambda: sandbox.list("."))
+    trajectory.record("write", "calc.py", lambda: sandbox.files.write("calc.py", CALC))
+    trajectory.record("write", "test_calc.py", lambda: sandbox.files.write("test_calc.py", TEST))
+    trajectory.record("list", ".", lambda: sandbox.files.list("."))
     first = run(TEST_COMMAND)
     if first.exit_code == 0:
         return True  # nothing to fix
-    source = trajectory.record("read", "calc.py", lambda: sandbox.read("calc.py")).decode()
+    source = trajectory.record("read", "calc.py", lambda: sandbox.files.read("calc.py")).decode()
     patched = source.replace("range(len(values) - 1)", "range(len(values))")
-    trajectory.record("write", "calc.py", lambda: sandbox.write("calc.py", patched))
-    trajectory.record("exists", "calc.py", lambda: sandbox.exists("calc.py"))
+    trajectory.record("write", "calc.py", lambda: sandbox.files.write("calc.py", patched))
+    trajectory.record("exists", "calc.py", lambda: sandbox.files.exists("calc.py"))
     return bool(run(TEST_COMMAND).exit_code == 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--namespace", default="agents", help="a sandbox namespace")
-    parser.add_argument("--template", default="default", help="the SandboxTemplate")
+    parser.add_argument("--warm-pool", default="default", help="the SandboxWarmPool to claim from")
     parser.add_argument("--api-url", default=None, help="the router's URL (default: port-forward)")
     parser.add_argument("--timeout", type=int, default=30, help="seconds per command")
     args = parser.parse_args(argv)
     quiet_client_logs()
-    problem = missing_template(args.namespace, args.template)
-    if problem:
-        print(f"agent.py: {problem}", file=sys.stderr)
-        return 2
+    connection = (
+        SandboxDirectConnectionConfig(api_url=args.api_url)
+        if args.api_url
+        else SandboxLocalTunnelConnectionConfig(router_namespace=args.namespace)
+    )
     trajectory = Trajectory()
     t0 = time.monotonic()
-    client = SandboxClient(
-        template_name=args.template,
-        namespace=args.namespace,
-        api_url=args.api_url,
-        sandbox_ready_timeout=120,
-    )
-    with client as sandbox:
+    with SandboxClient(connection_config=connection) as client:
+        try:
+            sandbox = client.create_sandbox(
+                args.warm_pool, namespace=args.namespace, sandbox_ready_timeout=120
+            )
+        except SandboxWarmPoolNotFoundError:
+            there = pools_in(args.namespace)
+            print(
+                f"agent.py: --warm-pool: no SandboxWarmPool {args.warm_pool!r} in namespace "
+                f"{args.namespace} (there: {there})",
+                file=sys.stderr,
+            )
+            return 2
         claimed = time.monotonic() - t0
-        passed = run_episode(sandbox, trajectory, args.timeout)
-        names = {"claim": sandbox.claim_name, "pod": sandbox.pod_name}
+        names = {"claim": sandbox.claim_name, "pod": sandbox.get_pod_name()}
+        try:
+            passed = run_episode(sandbox, trajectory, args.timeout)
+        finally:
+            sandbox.terminate()  # the claim goes; the pool makes a new sandbox
     summary = {
         "reward": 1.0 if passed else 0.0,
         "passed": passed,

@@ -52,8 +52,10 @@ SANDBOX_CRDS = {
     "sandboxtemplates.extensions.agents.x-k8s.io",
     "sandboxwarmpools.extensions.agents.x-k8s.io",
 }
-SANDBOXES = ("agents.x-k8s.io", "v1alpha1")
-SANDBOX_EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
+SANDBOXES = ("agents.x-k8s.io", "v1beta1")
+SANDBOX_EXTENSIONS = ("extensions.agents.x-k8s.io", "v1beta1")
+# on a warm pool's sandboxes (their Sandbox and pod) until a claim takes one
+WARM_LABEL = "agents.x-k8s.io/warm-pool-sandbox"
 SANDBOX_NAMESPACE = "agents"  # values.yaml's one sandbox namespace
 SANDBOX_SYSTEM = "agent-sandbox-system"  # where upstream runs its controller
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
@@ -337,23 +339,36 @@ def _running(pod: client.V1Pod) -> bool:
     return pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
 
 
-def _owner(pod: client.V1Pod) -> str:
-    owners = pod.metadata.owner_references or []
+def _owner(obj: Any) -> str:
+    """`Kind/name` of an object's first owner, a client model or a plain dict."""
+    if isinstance(obj, dict):
+        owners = obj["metadata"].get("ownerReferences") or []
+        return f"{owners[0]['kind']}/{owners[0]['name']}" if owners else ""
+    owners = obj.metadata.owner_references or []
     return f"{owners[0].kind}/{owners[0].name}" if owners else ""
+
+
+def _warm(local_cluster) -> list[client.V1Pod]:
+    return [p for p in _sandbox_pods(local_cluster) if WARM_LABEL in (p.metadata.labels or {})]
 
 
 def test_the_real_controller_fills_the_warm_pool_with_gvisor_pods_the_policy_admits(
     installed: Installed, local_cluster, eventually
 ) -> None:
-    def warm() -> bool:
-        return any(
-            _owner(p) == "SandboxWarmPool/default" and _running(p)
-            for p in _sandbox_pods(local_cluster)
-        )
+    """v1.0.3's warm pool keeps Sandboxes (each owning its pod, named as it)."""
+    custom = client.CustomObjectsApi(local_cluster.api)
+    eventually(
+        lambda: any(_running(p) for p in _warm(local_cluster)),
+        "a running warm-pool pod in agents",
+        60,
+    )
 
-    eventually(warm, "a running warm-pool pod in agents", 60)
-
-    (pod,) = [p for p in _sandbox_pods(local_cluster) if _owner(p) == "SandboxWarmPool/default"]
+    (pod,) = _warm(local_cluster)
+    sandbox = custom.get_namespaced_custom_object(
+        *SANDBOXES, SANDBOX_NAMESPACE, "sandboxes", pod.metadata.name
+    )
+    assert _owner(sandbox) == "SandboxWarmPool/default"
+    assert _owner(pod) == f"Sandbox/{pod.metadata.name}"
     assert pod.spec.runtime_class_name == "gvisor"
     assert pod.spec.automount_service_account_token is False
     (container,) = pod.spec.containers
@@ -365,42 +380,37 @@ def test_a_claim_takes_a_warm_sandbox_and_the_pool_is_refilled(
     installed: Installed, local_cluster, eventually
 ) -> None:
     custom = client.CustomObjectsApi(local_cluster.api)
-    eventually(
-        lambda: any(_owner(p) == "SandboxWarmPool/default" for p in _sandbox_pods(local_cluster)),
-        "the warm pool to hold a pod",
-        60,
-    )
-    (warm,) = [p for p in _sandbox_pods(local_cluster) if _owner(p) == "SandboxWarmPool/default"]
+    eventually(lambda: bool(_warm(local_cluster)), "the warm pool to hold a pod", 60)
+    (warm,) = _warm(local_cluster)
     claim = {
         "apiVersion": "/".join(SANDBOX_EXTENSIONS),
         "kind": "SandboxClaim",
         "metadata": {"name": "agent-run-1"},
-        "spec": {"sandboxTemplateRef": {"name": "default"}},
+        "spec": {"warmPoolRef": {"name": "default"}},
     }
 
     custom.create_namespaced_custom_object(
         *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxclaims", claim
     )
 
-    def ready() -> bool:
-        try:
-            sandbox = custom.get_namespaced_custom_object(
-                *SANDBOXES, SANDBOX_NAMESPACE, "sandboxes", "agent-run-1"
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        conditions = (sandbox.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    def bound() -> str:
+        got = custom.get_namespaced_custom_object(
+            *SANDBOX_EXTENSIONS, SANDBOX_NAMESPACE, "sandboxclaims", "agent-run-1"
+        )
+        status = got.get("status") or {}
+        conditions = status.get("conditions") or []
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        return str((status.get("sandbox") or {}).get("name", "")) if ready else ""
 
-    eventually(ready, "the claim's Sandbox to be Ready", 60)
-    adopted = local_cluster.core.read_namespaced_pod(warm.metadata.name, SANDBOX_NAMESPACE)
-    assert _owner(adopted) == "Sandbox/agent-run-1", "the warm pod was handed to the claim"
+    eventually(lambda: bool(bound()), "the claim to be Ready", 60)
+    assert bound() == warm.metadata.name, "the warm sandbox was handed to the claim"
+    sandbox = custom.get_namespaced_custom_object(
+        *SANDBOXES, SANDBOX_NAMESPACE, "sandboxes", warm.metadata.name
+    )
+    assert _owner(sandbox) == "SandboxClaim/agent-run-1"
     eventually(
         lambda: any(
-            _owner(p) == "SandboxWarmPool/default" and _running(p)
-            for p in _sandbox_pods(local_cluster)
+            _running(p) and p.metadata.name != warm.metadata.name for p in _warm(local_cluster)
         ),
         "the warm pool to be refilled",
         60,

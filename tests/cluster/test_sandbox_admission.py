@@ -156,6 +156,9 @@ ROUTER_BYPASSES = {
     "a-setting-that-is-not-a-number": lambda c, s: c["env"].__setitem__(
         0, {"name": c["env"][0]["name"], "value": "1; import os"}
     ),
+    "the-unauthenticated-switch-set-to-anything-but-true": lambda c, s: [
+        e.update(value="yes") for e in c["env"] if e["name"] == "ALLOW_UNAUTHENTICATED_ROUTER"
+    ],
     "env-from": lambda c, s: c.update(envFrom=[{"configMapRef": {"name": "evil"}}]),
     "service-account-token": lambda c, s: s.pop("automountServiceAccountToken"),
     "privilege-escalation": lambda c, s: c["securityContext"].update(allowPrivilegeEscalation=True),

@@ -1,8 +1,8 @@
 """Agents' sandboxes, for real: code runs in gVisor sandboxes from the warm pool, through
-agent-sandbox's own client (k8s-agent-sandbox 0.2.1) and router, and cannot get out.
+agent-sandbox's own client (k8s-agent-sandbox 1.0.8) and router, and cannot get out.
 
 The chart is installed with the local profile: the sandbox runtime and router are the
-images built from agent-sandbox's v0.2.1 module, the sandboxes run under gVisor (runsc)
+images built from agent-sandbox's v1.0.3 module, the sandboxes run under gVisor (runsc)
 on the container node, and kube-network-policies (built from its module, beside
 kube-proxy) enforces the sandbox namespaces' NetworkPolicies. Every escape is tried from
 inside a claimed sandbox and, where that tells the reader something, from a control: the
@@ -12,6 +12,7 @@ shown to be blocked by the policy and not by the network itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 from container_pods import pod_spec
+from k8s_agent_sandbox.exceptions import SandboxRequestError
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from platform_install import Installed
@@ -37,11 +39,11 @@ from gridloop.local.build.images import python_images
 pytestmark = pytest.mark.cluster
 
 NS = "agents"
-TEMPLATE = "default"
+POOL = "default"  # the chart's SandboxWarmPool, named as its SandboxTemplate
 EXAMPLE = example("sandboxes/agent.py")
-EXTENSIONS = ("extensions.agents.x-k8s.io", "v1alpha1")
+EXTENSIONS = ("extensions.agents.x-k8s.io", "v1beta1")
 RUNTIME = python_images.by_name(python_images.RUNTIME).ref
-POOL_LABEL = "agents.x-k8s.io/pool"
+POOL_LABEL = "agents.x-k8s.io/warm-pool-sandbox"  # on a pool's sandboxes until claimed
 # a TCP connect from inside, with an outcome a test can tell apart: a policy drops the
 # packet (the connect times out), nothing listens (refused), or it gets through
 PROBE = """\
@@ -140,10 +142,19 @@ def wait_for_full_pool(local_cluster: Any, timeout: float = 180) -> set[str]:
     raise AssertionError(f"the warm pool in {NS} not at {wanted} ready after {timeout}s: {pods}")
 
 
-def sandbox_client(**kwargs: Any) -> Any:
+@contextlib.contextmanager
+def sandbox_client() -> Iterator[Any]:
+    """A sandbox claimed from the warm pool with agent-sandbox's client in its developer
+    mode (a port-forward to the router), released on the way out."""
     from k8s_agent_sandbox import SandboxClient
+    from k8s_agent_sandbox.models import SandboxLocalTunnelConnectionConfig
 
-    return SandboxClient(template_name=TEMPLATE, namespace=NS, sandbox_ready_timeout=120, **kwargs)
+    with SandboxClient(SandboxLocalTunnelConnectionConfig(router_namespace=NS)) as sandboxes:
+        sandbox = sandboxes.create_sandbox(POOL, namespace=NS, sandbox_ready_timeout=120)
+        try:
+            yield sandbox
+        finally:
+            sandbox.terminate()
 
 
 # --- the example agent, end to end ---
@@ -156,7 +167,7 @@ def test_the_example_agent_fixes_the_build_in_a_warm_sandbox_and_the_pool_refill
     warm_before = {p.metadata.name for p in wait_for_warm_pool(core)}
 
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--namespace", NS, "--template", TEMPLATE],
+        [sys.executable, str(EXAMPLE), "--namespace", NS, "--warm-pool", POOL],
         capture_output=True,
         text=True,
         env=client_env,
@@ -209,8 +220,8 @@ def test_inside_a_sandbox_the_kernel_is_gvisors_and_in_a_runc_pod_the_hosts(
 ) -> None:
     host_version = Path("/proc/version").read_text().strip()
     with sandbox_client() as sandbox:
-        version = sandbox.run("cat /proc/version")
-        dmesg = sandbox.run("dmesg")
+        version = sandbox.commands.run("cat /proc/version")
+        dmesg = sandbox.commands.run("dmesg")
     assert version.exit_code == 0
     assert "gvisor" in version.stdout.lower() and version.stdout.strip() != host_version
     assert "Starting gVisor" in dmesg.stdout
@@ -328,7 +339,7 @@ def test_a_sandbox_cannot_reach(
 
     seen = from_control(control, command)["stdout"].strip()
     with sandbox_client() as sandbox:
-        tried = sandbox.run(command, timeout=30)
+        tried = sandbox.commands.run(command, timeout=30)
 
     assert seen == control_outcome, f"control: {what} at {address}:{number} gave {seen}"
     assert tried.stdout.strip() == "dropped", (
@@ -342,9 +353,9 @@ def test_a_sandbox_cannot_read_the_hosts_files(client_env, tmp_path) -> None:
     marker = tmp_path / f"host-secret-{uuid.uuid4().hex[:6]}"
     marker.write_text("the host's\n")
     with sandbox_client() as sandbox:
-        direct = sandbox.run(f"cat {marker}")
-        via_proc = sandbox.run(f"cat /proc/1/root{marker}")
-        hostname = sandbox.run("cat /etc/hostname")
+        direct = sandbox.commands.run(f"cat {marker}")
+        via_proc = sandbox.commands.run(f"cat /proc/1/root{marker}")
+        hostname = sandbox.commands.run("cat /etc/hostname")
     assert direct.exit_code != 0 and "No such file" in direct.stderr
     assert via_proc.exit_code != 0
     assert hostname.stdout.strip() != Path("/etc/hostname").read_text().strip()
@@ -354,9 +365,9 @@ def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, cont
     """Blocked by the first's ingress policies (gridloop-sandbox-ingress and agent-sandbox's
     per-template one: the router only) and the second's egress (no 10.0.0.0/8)."""
     with sandbox_client() as first, sandbox_client() as second:
-        first_ip = local_cluster.core.read_namespaced_pod(first.pod_name, NS).status.pod_ip
-        assert first.run("echo here").stdout == "here\n", "the router reaches the first"
-        tried = second.run(probe_command(first_ip, 8888), timeout=30)
+        first_ip = local_cluster.core.read_namespaced_pod(first.get_pod_name(), NS).status.pod_ip
+        assert first.commands.run("echo here").stdout == "here\n", "the router reaches the first"
+        tried = second.commands.run(probe_command(first_ip, 8888), timeout=30)
         from_outside = from_control(control, probe_command(first_ip, 8888))
     assert tried.stdout.strip() == "dropped"
     assert from_outside["stdout"].strip() == "dropped", "only the router gets in"
@@ -380,7 +391,7 @@ for attempt in range(5):
 
 def test_dns_still_resolves_in_a_sandbox(client_env) -> None:
     with sandbox_client() as sandbox:
-        answer = sandbox.run(f"python3 -c {shlex.quote(LOOKUP)}")
+        answer = sandbox.commands.run(f"python3 -c {shlex.quote(LOOKUP)}")
     assert answer.stdout.strip() == "10.96.0.1", answer.stderr
 
 
@@ -456,12 +467,12 @@ def test_the_same_pod_with_gvisor_is_admitted_and_runs(local_cluster, platform, 
 # --- bad input: a clear error, and the sandbox and the pool stay healthy ---
 
 
-def test_a_claim_for_a_template_that_does_not_exist(local_cluster, client_env) -> None:
+def test_a_claim_for_a_warm_pool_that_does_not_exist(local_cluster, client_env) -> None:
     core = local_cluster.core
     # the pool may still be refilling after the tests before claimed from it
     warm = {p.metadata.name for p in wait_for_warm_pool(core)}
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--namespace", NS, "--template", "no-such-template"],
+        [sys.executable, str(EXAMPLE), "--namespace", NS, "--warm-pool", "no-such-pool"],
         capture_output=True,
         text=True,
         env=client_env,
@@ -469,30 +480,37 @@ def test_a_claim_for_a_template_that_does_not_exist(local_cluster, client_env) -
     )
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "agent.py: --template: no SandboxTemplate 'no-such-template' in namespace agents "
+        "agent.py: --warm-pool: no SandboxWarmPool 'no-such-pool' in namespace agents "
         "(there: default)"
     )
     assert done.stdout == ""
 
-    # agent-sandbox's client alone waits, then times out; the claim's condition says why
+    # agent-sandbox's client alone: it reads the claim's condition and deletes its claim
     from k8s_agent_sandbox import SandboxClient
+    from k8s_agent_sandbox.exceptions import SandboxWarmPoolNotFoundError
+    from k8s_agent_sandbox.models import SandboxLocalTunnelConnectionConfig
 
     custom = client.CustomObjectsApi(local_cluster.api)
-    bare = SandboxClient(template_name="no-such-template", namespace=NS, sandbox_ready_timeout=5)
-    with pytest.raises(TimeoutError, match="did not become ready within 5 seconds"):
-        bare.__enter__()
-    assert bare.claim_name is not None
-    with pytest.raises(ApiException) as gone:  # the client deleted its claim on the way out
-        custom.get_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", bare.claim_name)
-    assert gone.value.status == 404
+    connection = SandboxLocalTunnelConnectionConfig(router_namespace=NS)
+    t0 = time.monotonic()
+    refused = pytest.raises(
+        SandboxWarmPoolNotFoundError, match='SandboxWarmPool "no-such-pool" not found'
+    )
+    with SandboxClient(connection) as bare, refused:
+        bare.create_sandbox("no-such-pool", namespace=NS, sandbox_ready_timeout=60)
+    assert time.monotonic() - t0 < 30, "the condition ends the wait, not the timeout"
+    claims = custom.list_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims")["items"]
+    assert not [
+        c for c in claims if (c["spec"].get("warmPoolRef") or {}).get("name") == "no-such-pool"
+    ], "the client deleted its claim on the way out"
     assert {p.metadata.name for p in warm_pods(core)} == warm, "the warm pool is untouched"
 
 
 def test_the_example_claim_applied_with_kubectl_gets_a_ready_sandbox_from_the_pool(
     local_cluster, client_env
 ) -> None:
-    """examples/sandboxes/claim.yaml, as the README applies it: `kubectl get sandbox
-    agent-run-1 -n agents` then shows it Ready, on a pod the warm pool had."""
+    """examples/sandboxes/claim.yaml, as the README applies it: `kubectl get sandboxclaim
+    agent-run-1 -n agents` then shows it Ready, bound to a sandbox the warm pool had."""
     from container_pods import kubectl
 
     claim = example("sandboxes/claim.yaml")
@@ -505,38 +523,35 @@ def test_the_example_claim_applied_with_kubectl_gets_a_ready_sandbox_from_the_po
         deadline = time.monotonic() + 60
         conditions: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            try:
-                got = custom.get_namespaced_custom_object(
-                    "agents.x-k8s.io", "v1alpha1", NS, "sandboxes", "agent-run-1"
-                )
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-                got = {}
+            got = custom.get_namespaced_custom_object(
+                *EXTENSIONS, NS, "sandboxclaims", "agent-run-1"
+            )
             conditions = (got.get("status") or {}).get("conditions") or []
             if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
                 break
             time.sleep(0.5)
         else:
-            raise AssertionError(f"sandbox agent-run-1 not Ready after 60s: {conditions}")
-        shown = kubectl(local_cluster, "get", "sandbox", "agent-run-1", "-n", NS)
+            raise AssertionError(f"claim agent-run-1 not Ready after 60s: {conditions}")
+        shown = kubectl(local_cluster, "get", "sandboxclaim", "agent-run-1", "-n", NS)
         assert shown.returncode == 0, shown.stderr
-        # agent-sandbox names the pod it handed over (its client reads the same annotation)
-        pod = (got["metadata"].get("annotations") or {}).get("agents.x-k8s.io/pod-name")
-        assert pod in warm_before, f"the claim was served from the warm pool: {pod}"
+        # the claim names the Sandbox it was handed; its pod is named as it
+        sandbox = got["status"]["sandbox"]["name"]
+        assert sandbox in warm_before, f"the claim was served from the warm pool: {sandbox}"
+        pod = local_cluster.core.read_namespaced_pod(sandbox, NS)
+        assert ready(pod) and pod.spec.runtime_class_name == "gvisor"
     finally:
         kubectl(local_cluster, "delete", "-f", str(claim), "--wait=true", timeout=120)
     assert wait_for_warm_pool(local_cluster.core, 60), "the pool refills after the claim"
 
 
-def test_a_claim_names_the_missing_template_in_its_condition(local_cluster, client_env) -> None:
+def test_a_claim_names_the_missing_warm_pool_in_its_condition(local_cluster, client_env) -> None:
     custom = client.CustomObjectsApi(local_cluster.api)
     name = f"missing-{uuid.uuid4().hex[:5]}"
     claim = {
         "apiVersion": "/".join(EXTENSIONS),
         "kind": "SandboxClaim",
         "metadata": {"name": name},
-        "spec": {"sandboxTemplateRef": {"name": "no-such-template"}},
+        "spec": {"warmPoolRef": {"name": "no-such-pool"}},
     }
     custom.create_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", claim)
     try:
@@ -548,8 +563,8 @@ def test_a_claim_names_the_missing_template_in_its_condition(local_cluster, clie
             time.sleep(0.5)
         (condition,) = [c for c in conditions if c["type"] == "Ready"]
         assert condition["status"] == "False"
-        assert condition["reason"] == "TemplateNotFound"
-        assert condition["message"] == 'SandboxTemplate "no-such-template" not found'
+        assert condition["reason"] == "WarmPoolNotFound"
+        assert condition["message"] == 'SandboxWarmPool "no-such-pool" not found'
     finally:
         custom.delete_namespaced_custom_object(*EXTENSIONS, NS, "sandboxclaims", name)
 
@@ -559,9 +574,9 @@ def test_a_command_past_its_timeout_is_ended_and_the_sandbox_answers_the_next(
 ) -> None:
     with sandbox_client() as sandbox:
         t0 = time.monotonic()
-        slow = sandbox.run("timeout 2 sleep 60", timeout=30)
+        slow = sandbox.commands.run("timeout 2 sleep 60", timeout=30)
         took = time.monotonic() - t0
-        after = sandbox.run("echo still here")
+        after = sandbox.commands.run("echo still here")
     assert slow.exit_code == 124, "timeout(1)'s exit code: the command ran past its limit"
     assert took < 10
     assert after.stdout == "still here\n"
@@ -573,14 +588,13 @@ def test_an_upload_over_the_limit_is_refused_and_the_sandbox_and_router_carry_on
     limit = 16 * 1024 * 1024  # the local profile's agentSandbox.router.maxRequestBytes
     restarts_before = router_restarts(local_cluster.core)
     with sandbox_client() as sandbox:
-        with pytest.raises(RuntimeError) as refused:
-            sandbox.write("too-big.bin", b"x" * (limit + 1024 * 1024))
-        cause = refused.value.__cause__
-        response = getattr(cause, "response", None)
-        assert response is not None and response.status_code == 413
-        assert "over the sandbox router's limit of 16777216 bytes" in response.json()["detail"]
-        sandbox.write("fits.bin", b"y" * (limit // 2))
-        listed = {entry.name: entry.size for entry in sandbox.list(".")}
+        with pytest.raises(SandboxRequestError) as refused:
+            sandbox.files.write("too-big.bin", b"x" * (limit + 1024 * 1024))
+        assert refused.value.status_code == 413
+        detail = refused.value.response.json()["detail"]
+        assert "over the sandbox router's limit of 16777216 bytes" in detail
+        sandbox.files.write("fits.bin", b"y" * (limit // 2))
+        listed = {entry.name: entry.size for entry in sandbox.files.list(".")}
     assert listed == {"fits.bin": limit // 2}
     assert router_restarts(local_cluster.core) == restarts_before, "the router was not OOMKilled"
     assert wait_for_warm_pool(local_cluster.core, 60), "the pool refills as after any claim"
@@ -589,29 +603,19 @@ def test_an_upload_over_the_limit_is_refused_and_the_sandbox_and_router_carry_on
 def test_a_full_workspace_refuses_the_write_and_the_sandbox_keeps_serving(client_env) -> None:
     """/app is a tmpfs of the local profile's template.workspaceSizeLimit (64 MiB): the
     kernel refuses the write, where a disk volume over its limit gets the pod evicted.
-    The runtime answers 500 with the reason; agent-sandbox's client retries 500s and then
-    says only "too many 500 error responses", so the reason is read here without it."""
-    import requests
-
+    The runtime answers 500 with the reason; agent-sandbox's client does not retry an
+    upload (a POST) and carries the answer in its error."""
     chunk = 8 * 1024 * 1024  # under the router's 16 MiB limit
     written = 0
     with sandbox_client() as sandbox:
-        with pytest.raises(RuntimeError) as full:
+        with pytest.raises(SandboxRequestError) as full:
             for index in range(16):
-                sandbox.write(f"part-{index}.bin", b"z" * chunk)
+                sandbox.files.write(f"part-{index}.bin", b"z" * chunk)
                 written += 1
-        assert "too many 500 error responses" in str(full.value.__cause__)
-        # the same upload once, through the router, without the client's retries
-        direct = requests.post(
-            f"{sandbox.base_url}/upload",
-            headers={"X-Sandbox-ID": sandbox.claim_name, "X-Sandbox-Namespace": NS},
-            files={"file": ("one-more.bin", b"z" * chunk)},
-            timeout=60,
-        )
-        usage = sandbox.run("df -k /app")
-        after = sandbox.run("echo still here")
-    assert direct.status_code == 500
-    assert "No space left on device" in direct.json()["message"]
+        usage = sandbox.commands.run("df -k /app")
+        after = sandbox.commands.run("echo still here")
+    assert full.value.status_code == 500
+    assert "No space left on device" in full.value.response.json()["message"]
     assert 4 <= written <= 8, f"{written} files of 8 MiB fitted in a 64 MiB workspace"
     size_kib = int(usage.stdout.splitlines()[1].split()[1])
     assert size_kib == 64 * 1024, usage.stdout

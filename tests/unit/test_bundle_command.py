@@ -390,8 +390,9 @@ def test_a_sandbox_mirror_read_in_the_wrong_order_fails_naming_the_missing_flag(
     with pytest.raises(BuildError) as failed:
         bundling.bundle(request)
 
+    version = versions.get("agent-sandbox").version
     assert str(failed.value).startswith(
-        "agent-sandbox v0.2.1: Deployment 'agent-sandbox-controller' runs "
+        f"agent-sandbox {version}: Deployment 'agent-sandbox-controller' runs "
         "'agent-sandbox-controller' without --extensions, which the chart's objects need: "
     )
     assert "(1-manifest.yaml, 2-extensions.yaml)" in str(failed.value)

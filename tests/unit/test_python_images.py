@@ -43,3 +43,28 @@ def test_each_image_has_its_containerfile_and_own_files_in_the_repository() -> N
             assert name in text, f"{image.name}'s Containerfile copies {name}"
         assert "--require-hashes" in text, "upstream's pins are checked again in the build"
         assert "USER 1000:1000" in text
+
+
+def _pins(text: str) -> dict[str, str]:
+    return dict(
+        line.split(" ")[0].split("==")
+        for line in text.splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+
+
+def test_a_lock_of_ours_keeps_every_upstream_pin_it_can_and_says_which_it_cannot() -> None:
+    from gridloop.bundle import modules
+
+    for image in python_images.IMAGES:
+        if not image.lock:
+            continue
+        ours = (REPO / "images" / image.name / image.requirements).read_text()
+        folder = modules.module_dir(versions.get(image.component)) / image.folder
+        theirs = _pins((folder / image.requirements).read_text())
+        changed = {name for name, pin in _pins(ours).items() if theirs.get(name) != pin}
+        assert _pins(ours).keys() == theirs.keys(), "the same packages as upstream's lock"
+        assert changed == {"numpy", "scipy"}, changed
+        header = "\n".join(line for line in ours.splitlines() if line.startswith("# "))
+        for name in changed:
+            assert f"{name} {theirs[name]}" in header, f"the header says why {name} differs"

@@ -16,7 +16,7 @@ from gridloop.status.snapshot import Sandbox, SandboxPod, Snapshot
 
 NOW = 1_800_000_300.0  # 2027-01-15T08:05:00Z
 
-POOL = {"agents.x-k8s.io/pool": "1a2b3c4d"}
+POOL = {"agents.x-k8s.io/warm-pool-sandbox": "1a2b3c4d"}
 GRIDLOOP = {"gridloop.io/sandbox-template": "python-gvisor"}
 
 
@@ -55,16 +55,20 @@ def template(name: str, ns: str = "agents", runtime: str | None = "gvisor") -> d
     }
 
 
-def claim(name: str, uid: str, ns: str = "agents", ref: str = "python-gvisor") -> dict[str, Any]:
+def claim(
+    name: str, uid: str, ns: str = "agents", pool: str = "python-gvisor", sandbox: str = ""
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": ns, "uid": uid},
-        "spec": {"sandboxTemplateRef": {"name": ref}},
+        "spec": {"warmPoolRef": {"name": pool}},
+        "status": {"sandbox": {"name": sandbox}} if sandbox else {},
     }
 
 
-def sandbox(name: str, pod_name: str, ns: str = "agents") -> dict[str, Any]:
-    meta = {"name": name, "namespace": ns, "annotations": {"agents.x-k8s.io/pod-name": pod_name}}
-    return {"metadata": meta}
+def sandbox(name: str, pod_name: str = "", ns: str = "agents") -> dict[str, Any]:
+    """A Sandbox; its pod is named as it, or (v0.2's adopted pods) by the annotation."""
+    annotations = {"agents.x-k8s.io/pod-name": pod_name} if pod_name else {}
+    return {"metadata": {"name": name, "namespace": ns, "annotations": annotations}}
 
 
 RUNNING = {
@@ -175,8 +179,12 @@ def test_a_pod_being_deleted_is_terminating():
 
 
 TEMPLATES = [template("python-gvisor"), template("plain"), template("elsewhere", ns="team-x")]
-CLAIMS = [claim("agent-run-1", "uid-1")]
-SANDBOXES = [sandbox("agent-run-2", "agent-run-2-pod")]
+CLAIMS = [
+    claim("agent-run-1", "uid-1"),
+    claim("agent-run-2", "uid-9", sandbox="default-x7k2p"),
+    claim("agent-run-4", "uid-8", sandbox="default-q9z4w"),
+]
+SANDBOXES = [sandbox("default-x7k2p"), sandbox("default-q9z4w", "adopted-pod")]
 
 
 @pytest.mark.parametrize(
@@ -195,13 +203,19 @@ SANDBOXES = [sandbox("agent-run-2", "agent-run-2-pod")]
             {**GRIDLOOP, **claimed("uid-1")},
             ("python-gvisor", "claimed", "agent-run-1"),
         ),
-        # the claim's uid is unknown: its Sandbox names the pod it runs in
+        # the claim's uid is unknown: the claim bound to the Sandbox the pod is named as
         (
-            "agent-run-2-pod",
+            "default-x7k2p",
             {**GRIDLOOP, **claimed("uid-2")},
             ("python-gvisor", "claimed", "agent-run-2"),
         ),
-        ("agent-run-3", {**GRIDLOOP, **claimed("uid-3")}, ("python-gvisor", "claimed", "")),
+        # or whose pod-name annotation names it
+        (
+            "adopted-pod",
+            {**GRIDLOOP, **claimed("uid-3")},
+            ("python-gvisor", "claimed", "agent-run-4"),
+        ),
+        ("agent-run-3", {**GRIDLOOP, **claimed("uid-7")}, ("python-gvisor", "claimed", "")),
         ("loose", {**GRIDLOOP}, ("python-gvisor", "other", "")),
     ],
 )
@@ -229,15 +243,20 @@ def test_a_pod_row_carries_its_node_runtime_readiness_and_age():
 def test_sandbox_rows_join_each_template_with_its_pool_and_claims():
     pools = [
         {
-            "metadata": {"name": "pool", "namespace": "agents"},
+            "metadata": {"name": "python-gvisor", "namespace": "agents"},
             "spec": {"replicas": 3, "sandboxTemplateRef": {"name": "python-gvisor"}},
             "status": {"readyReplicas": 2},
-        }
+        },
+        {  # replicas left out: v1beta1's default, 1
+            "metadata": {"name": "plain-pool", "namespace": "agents"},
+            "spec": {"sandboxTemplateRef": {"name": "plain"}},
+        },
     ]
-    claims = [claim("c1", "u1"), claim("c2", "u2"), claim("c3", "u3", ref="plain")]
+    claims = [claim("c1", "u1"), claim("c2", "u2"), claim("c3", "u3", pool="plain-pool")]
+    claims.append(claim("c4", "u4", pool="no-such-pool"))
     rows = collecting.sandbox_rows(TEMPLATES, pools, claims)
     assert rows == (
-        Sandbox("agents", "plain", "gvisor", claims=1),
+        Sandbox("agents", "plain", "gvisor", warm_pool=1, warm_ready=0, claims=1),
         Sandbox("agents", "python-gvisor", "gvisor", warm_pool=3, warm_ready=2, claims=2),
         Sandbox("team-x", "elsewhere", "gvisor"),
     )
@@ -459,12 +478,15 @@ def collector(tmp_path, api: FakeApi) -> collecting.Collector:
 OBJECTS: dict[str, list[dict[str, Any]]] = {
     "sandboxtemplates": [template("python-gvisor"), template("plain", ns="team-x", runtime=None)],
     "sandboxwarmpools": [],
-    "sandboxclaims": [claim("agent-run-1", "uid-1")],
-    "sandboxes": [sandbox("agent-run-2", "agent-run-2")],
+    "sandboxclaims": [
+        claim("agent-run-1", "uid-1"),
+        claim("agent-run-2", "uid-20", sandbox="default-x7k2p"),
+    ],
+    "sandboxes": [sandbox("default-x7k2p")],
     "namespaces": [{"metadata": {"name": "agents", "namespace": ""}}],
     "pods": [
         pod("agent-run-1", {**GRIDLOOP, **claimed("uid-1")}, status=RUNNING),
-        pod("agent-run-2", {**GRIDLOOP, **claimed("uid-2")}),
+        pod("default-x7k2p", {**GRIDLOOP, **claimed("uid-2")}),
         pod("plain-x1", {**hashed("plain"), **POOL}, ns="team-x"),
     ],
     "clusterqueues": [],
@@ -489,7 +511,7 @@ def test_the_shell_lists_the_sandbox_namespaces_pods_by_the_template_label(tmp_p
     assert [call for call in api.calls if call[0] == "sandboxes"] == [("sandboxes", "agents", "")]
     assert [(p.namespace, p.name, p.template, p.state, p.claim) for p in lists.sandbox_pods] == [
         ("agents", "agent-run-1", "python-gvisor", "claimed", "agent-run-1"),
-        ("agents", "agent-run-2", "python-gvisor", "claimed", "agent-run-2"),
+        ("agents", "default-x7k2p", "python-gvisor", "claimed", "agent-run-2"),
         ("team-x", "plain-x1", "plain", "warm", ""),
     ]
     assert [s.template for s in lists.sandboxes] == ["python-gvisor", "plain"]

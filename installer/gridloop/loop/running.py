@@ -61,16 +61,15 @@ ROUTER_PORT = 8080
 MODEL_PORT = 8000
 
 
-# agent-sandbox v0.2.1's claim controller adopts a warm-pool pod by clearing its owner,
-# and the Sandbox controller sets the new owner only on its next reconcile: a second claim
-# made in between can adopt the same pod (both Sandboxes then name it), and when the first
-# is released its pod goes, leaving the second on a pod that no longer exists (read from
-# its source, extensions/controllers/sandboxclaim_controller.go; it fits what the loop
-# saw on 2026-12-03 and 2026-12-04, a 502 from the router and then a claim never Ready,
-# but was not reproduced on purpose; upstream kubernetes-sigs/agent-sandbox#1513 is
-# about claims bound to such pods). The loop's own claims are therefore made one at a
-# time: the next is created only once the one before is Ready, when its pod has its new
-# owner and no other claim takes it.
+# agent-sandbox v0.2.1's claim controller adopted a warm-pool pod by clearing its owner,
+# and the Sandbox controller set the new owner only on its next reconcile: a second claim
+# made in between could adopt the same pod (both Sandboxes then named it), and when the
+# first was released its pod went, leaving the second on a pod that no longer existed
+# (read from its source, extensions/controllers/sandboxclaim_controller.go; it fitted what
+# the loop saw on 2026-12-03 and 2026-12-04, a 502 from the router and then a claim never
+# Ready; upstream kubernetes-sigs/agent-sandbox#1513). v1.0.3 adopts whole Sandboxes of the
+# pool rather than pods, but the loop's own claims are still made one at a time (the next
+# once the one before is Ready): not re-examined against v1.0.3's controller.
 _CLAIMING = threading.Lock()
 
 
@@ -87,6 +86,41 @@ class OneClaimAtATime(AbstractContextManager[Any]):
 
     def __exit__(self, *exc: Any) -> Any:
         return self.client.__exit__(*exc)
+
+
+class ClaimedSandbox(AbstractContextManager[Any]):
+    """One sandbox claimed from a warm pool with agent-sandbox's 1.x client, through the
+    router at `url`, in the shape the agent uses (`run`, `write`, `claim_name`); its claim
+    is deleted on leaving."""
+
+    def __init__(self, url: str, pool: str, namespace: str, ready_s: int) -> None:
+        self.url, self.pool, self.namespace, self.ready_s = url, pool, namespace, ready_s
+        self.client: Any = None
+        self.sandbox: Any = None
+        self.claim_name = ""
+
+    def __enter__(self) -> ClaimedSandbox:
+        from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
+        from k8s_agent_sandbox.sandbox_client import SandboxClient
+
+        self.client = SandboxClient(SandboxDirectConnectionConfig(api_url=self.url))
+        self.sandbox = self.client.create_sandbox(
+            self.pool, namespace=self.namespace, sandbox_ready_timeout=self.ready_s
+        )
+        self.claim_name = self.sandbox.claim_name
+        return self
+
+    def run(self, command: str, timeout: int = 60) -> Any:
+        return self.sandbox.commands.run(command, timeout=timeout)
+
+    def write(self, path: str, content: bytes | str, timeout: int = 60) -> Any:
+        return self.sandbox.files.write(path, content, timeout=timeout)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.sandbox is not None:
+            self.sandbox.terminate()
+        if self.client is not None:
+            self.client.__exit__(*exc)
 
 
 @dataclass(frozen=True)
@@ -109,7 +143,7 @@ class Settings:
     team_namespace: str = "team-default"
     queue: str = "default"
     sandbox_namespace: str = "agents"
-    template: str = "default"
+    warm_pool: str = "default"  # the chart names a namespace's pool after its template
     bucket: str = "loop"
     endpoint: str | None = None  # the object store from here (default: AWS_ENDPOINT_URL)
     cluster_endpoint: str = "http://object-store.object-store.svc.cluster.local:9000"
@@ -189,8 +223,6 @@ class Cluster:
         return Model(self.service_url(self.settings.namespace, name, MODEL_PORT), name)
 
     def claim(self) -> Callable[[], AbstractContextManager[Sandbox]]:
-        from k8s_agent_sandbox import SandboxClient  # type: ignore[import-untyped]
-
         # the client logs every request at INFO on the root logger
         logging.getLogger().setLevel(logging.WARNING)
         s = self.settings
@@ -200,14 +232,7 @@ class Cluster:
             # 60 s: a claim is served in seconds here, warm or cold; one that is not by
             # then waits on a sandbox that will not come, so the agent gives it up and
             # claims again
-            return OneClaimAtATime(
-                SandboxClient(
-                    template_name=s.template,
-                    namespace=s.sandbox_namespace,
-                    api_url=url,
-                    sandbox_ready_timeout=60,
-                )
-            )
+            return OneClaimAtATime(ClaimedSandbox(url, s.warm_pool, s.sandbox_namespace, 60))
 
         return claim
 

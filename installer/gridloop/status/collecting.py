@@ -55,14 +55,16 @@ from gridloop.status.watching import Mirror
 GPU = names.GPU_RESOURCE
 GPU_NODES = f"{names.GPU_PRESENT_LABEL}=true"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-SANDBOX = ("extensions.agents.x-k8s.io", "v1alpha1")
-SANDBOX_CORE = ("agents.x-k8s.io", "v1alpha1")  # the Sandbox objects claims are bound to
+SANDBOX = ("extensions.agents.x-k8s.io", "v1beta1")
+SANDBOX_CORE = ("agents.x-k8s.io", "v1beta1")  # the Sandbox objects claims are bound to
 SANDBOX_NAMESPACES = "gridloop.io/sandbox=true"
 # the labels and annotation agent-sandbox's controllers put on the pods they make
 TEMPLATE_HASH = "agents.x-k8s.io/sandbox-template-ref-hash"
-POOL_LABEL = "agents.x-k8s.io/pool"
+POOL_LABEL = "agents.x-k8s.io/warm-pool-sandbox"  # on a pool's pods until one is claimed
 CLAIM_UID = "agents.x-k8s.io/claim-uid"
-POD_NAME = "agents.x-k8s.io/pod-name"  # on a Sandbox: the pod it runs in
+# on a Sandbox that adopted a pod of another name (v0.2's warm pools); else the pod is
+# named as its Sandbox
+POD_NAME = "agents.x-k8s.io/pod-name"
 TEMPLATE_LABEL = "gridloop.io/sandbox-template"  # the chart's template sets it
 OPT_OUT_LABEL = names.OPT_OUT_LABEL
 TIMEOUT = 5.0  # seconds for one small list; a hung server must not hold a refresh long
@@ -351,14 +353,19 @@ def sandbox_rows(
     pools: Sequence[dict[str, Any]] = (),
     claims: Sequence[dict[str, Any]] = (),
 ) -> tuple[Sandbox, ...]:
-    """One row per SandboxTemplate, with its warm pool and the claims against it."""
+    """One row per SandboxTemplate, with its warm pool and the claims against it (a claim
+    names a warm pool, the pool its template)."""
     by_template: dict[tuple[str, str], dict[str, Any]] = {}
+    template_of: dict[tuple[str, str], str] = {}  # (namespace, pool) -> template
     for p in pools:
+        ns = p["metadata"].get("namespace", "")
         ref = ((p.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name", "")
-        by_template[(p["metadata"].get("namespace", ""), ref)] = p
+        by_template[(ns, ref)] = p
+        template_of[(ns, p["metadata"]["name"])] = ref
     counts: dict[tuple[str, str], int] = {}
     for c in claims:
-        key = (c["metadata"].get("namespace", ""), _claim_template(c))
+        ns = c["metadata"].get("namespace", "")
+        key = (ns, template_of.get((ns, _claim_pool(c)), ""))
         counts[key] = counts.get(key, 0) + 1
     rows = []
     for t in templates:
@@ -370,7 +377,8 @@ def sandbox_rows(
                 namespace=ns,
                 template=name,
                 runtime_class=pod.get("runtimeClassName", ""),
-                warm_pool=None if pool is None else int(pool["spec"].get("replicas", 0)),
+                # v1beta1 leaves replicas out when it is its default, 1
+                warm_pool=None if pool is None else int(pool["spec"].get("replicas", 1)),
                 warm_ready=None
                 if pool is None
                 else int((pool.get("status") or {}).get("readyReplicas") or 0),
@@ -380,9 +388,8 @@ def sandbox_rows(
     return tuple(sorted(rows, key=lambda s: (s.namespace, s.template)))
 
 
-def _claim_template(claim: dict[str, Any]) -> str:
-    spec = claim.get("spec") or {}
-    return str((spec.get("sandboxTemplateRef") or spec.get("templateRef") or {}).get("name", ""))
+def _claim_pool(claim: dict[str, Any]) -> str:
+    return str(((claim.get("spec") or {}).get("warmPoolRef") or {}).get("name", ""))
 
 
 def name_hash(name: str) -> str:
@@ -463,8 +470,9 @@ def sandbox_pod_rows(
     A pod's template is the chart's gridloop.io/sandbox-template label, else the
     template in its namespace whose name hashes to its sandbox-template-ref-hash. A pod
     with the pool label is warm; one with a claim-uid label is claimed, by the claim
-    with that uid, else by the claim its Sandbox is named after (the Sandbox whose
-    agents.x-k8s.io/pod-name annotation names the pod)."""
+    with that uid, else by the claim bound to its Sandbox (the claim's
+    status.sandbox.name; a Sandbox's pod is named as it, or by its
+    agents.x-k8s.io/pod-name annotation)."""
     by_hash: dict[tuple[str, str], str] = {}
     for t in templates:
         meta = t["metadata"]
@@ -472,12 +480,18 @@ def sandbox_pod_rows(
     by_uid = {
         c["metadata"]["uid"]: c["metadata"]["name"] for c in claims if c["metadata"].get("uid")
     }
+    bound = {
+        (c["metadata"].get("namespace", ""), sandbox): c["metadata"]["name"]
+        for c in claims
+        if (sandbox := ((c.get("status") or {}).get("sandbox") or {}).get("name"))
+    }
     running_in: dict[tuple[str, str], str] = {}
     for sb in sandboxes:
         meta = sb["metadata"]
-        pod_name = (meta.get("annotations") or {}).get(POD_NAME)
-        if pod_name:
-            running_in[(meta.get("namespace", ""), pod_name)] = meta["name"]
+        ns = meta.get("namespace", "")
+        pod_name = (meta.get("annotations") or {}).get(POD_NAME) or meta["name"]
+        if (ns, meta["name"]) in bound:
+            running_in[(ns, pod_name)] = bound[(ns, meta["name"])]
     rows = []
     for pod in pods:
         meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}

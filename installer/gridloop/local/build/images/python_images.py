@@ -2,7 +2,9 @@
 
 Each row names an upstream folder inside a pinned Go module (read from the module proxy
 with its go.sum hash checked, bundle/modules.py), the files of it the image needs, and
-upstream's own `requirements.txt` (pinned with hashes by pip-compile). The build context,
+upstream's own `requirements.txt` (pinned with hashes by pip-compile; or gridloop's lock of
+upstream's `requirements.in` beside the Containerfile where upstream's pins name wheels the
+image's Python has none of: `lock`). The build context,
 in the cache and never in the repository, holds those files, the repository's
 `images/<name>/Containerfile`, and `wheels/`: every requirement downloaded from PyPI with
 `--require-hashes` (pip's cache makes a warm download a few hashes). The image is built
@@ -39,6 +41,9 @@ class PythonImage:
     folder: str  # the upstream folder inside that module
     files: tuple[str, ...]  # what of it goes into the build context
     requirements: str = "requirements.txt"  # in `folder`, pinned with hashes
+    # or gridloop's lock of upstream's requirements.in, beside the Containerfile, where
+    # upstream's pins do not install on the image's Python (its header says why)
+    lock: bool = False
     # gridloop's own files beside the Containerfile (images/<name>/) that go in too
     own_files: tuple[str, ...] = ()
 
@@ -54,6 +59,7 @@ IMAGES = (
         component="agent-sandbox",
         folder="examples/python-runtime-sandbox",
         files=("main.py",),
+        lock=True,
     ),
     PythonImage(
         name=ROUTER,
@@ -88,8 +94,11 @@ def build(image: PythonImage) -> gridloop_image.Built:
     log.write_text(f"gridloop local build: {image.ref}\n")
     what = f"building image {image.ref}"
     shutil.copyfile(root / "images" / image.name / "Containerfile", context / "Containerfile")
-    for name in (*image.files, image.requirements):
+    for name in (*image.files, *(() if image.lock else (image.requirements,))):
         shutil.copyfile(source / name, context / name)
+    if image.lock:
+        lock = root / "images" / image.name / image.requirements
+        shutil.copyfile(lock, context / image.requirements)
     for name in image.own_files:
         shutil.copyfile(root / "images" / image.name / name, context / name)
     # requirements.txt pins every wheel by its hash, so the context's files say what the
