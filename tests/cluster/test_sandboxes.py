@@ -373,6 +373,70 @@ def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, cont
     assert from_outside["stdout"].strip() == "dropped", "only the router gets in"
 
 
+OUTSIDE = "198.51.100.1"  # TEST-NET-2: stands in for an address on the internet
+OUTSIDE_PORT = 18080
+
+
+@pytest.fixture
+def outside() -> Iterator[list[str]]:
+    """A web server at an address outside the cluster's ranges (put on the host's loopback:
+    pods reach it through their node, as they would reach the internet), and the paths it
+    was asked for."""
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"outside\n")
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    subprocess.run(["ip", "addr", "add", f"{OUTSIDE}/32", "dev", "lo"], check=True)
+    server = http.server.ThreadingHTTPServer((OUTSIDE, OUTSIDE_PORT), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        subprocess.run(["ip", "addr", "del", f"{OUTSIDE}/32", "dev", "lo"], check=False)
+
+
+ROUTED_OUTSIDE = """\
+import urllib.request, urllib.error
+request = urllib.request.Request("http://{router}:8080/via-router", headers={{
+    "X-Sandbox-ID": "anything", "X-Sandbox-Namespace": "agents",
+    "X-Sandbox-Pod-IP": "{outside}", "X-Sandbox-Port": "{port}"}})
+try:
+    print(urllib.request.urlopen(request, timeout=40).status)
+except urllib.error.HTTPError as err:
+    print(err.code)
+"""
+
+
+def test_the_router_is_no_proxy_to_the_internet(
+    local_cluster, client_env, control, outside
+) -> None:
+    """v1.0.3's router dials any address a caller names in X-Sandbox-Pod-IP; its
+    NetworkPolicy lets it reach the sandboxes and DNS only. A sandbox itself may reach the
+    address (its egress allows the internet), so what stops the router is its policy."""
+    router = local_cluster.core.read_namespaced_service("sandbox-router-svc", NS).spec.cluster_ip
+    code = ROUTED_OUTSIDE.format(router=router, outside=OUTSIDE, port=OUTSIDE_PORT)
+    answer = from_control(control, f"python3 -c {shlex.quote(code)}")
+    with sandbox_client() as sandbox:
+        direct = sandbox.commands.run(probe_command(OUTSIDE, OUTSIDE_PORT), timeout=30)
+    assert direct.stdout.strip() == "connected", "the address is outside for a sandbox"
+    assert answer["stdout"].strip() in {"502", "504"}, answer
+    assert "/via-router" not in outside, "nothing reached the outside through the router"
+
+
 # A lookup that a blocked DNS would never answer, tried a few times: one CI run (stop 55,
 # 12c819a) saw the first lookup in a fresh sandbox fail with EAI_AGAIN under the suite's
 # load, the resolver's own retries spent; what this pins is that the isolation policy lets

@@ -899,7 +899,9 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
             "gridloop-sandbox-router",
         }
         egress = policies["gridloop-sandbox-egress"]
-        assert egress["podSelector"] == {}, "every pod in the namespace"
+        assert egress["podSelector"] == {
+            "matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["sandbox-router"]}]
+        }, "every pod in the namespace but the router"
         internet = egress["egress"][1]["to"][0]["ipBlock"]
         assert internet["cidr"] == "0.0.0.0/0"
         assert "169.254.0.0/16" in internet["except"] and "10.0.0.0/8" in internet["except"]
@@ -912,7 +914,8 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
                 "ports": [{"protocol": "TCP", "port": 8888}],
             }
         ]
-        # the router may reach the sandboxes' runtime port, and nothing else in the cluster
+        # the router may reach the sandboxes' runtime port and DNS, and nothing else: it
+        # dials any address a caller names (X-Sandbox-Pod-IP)
         router = policies["gridloop-sandbox-router"]
         assert router["egress"] == [
             {
@@ -920,14 +923,19 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
                     {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}}
                 ],
                 "ports": [{"protocol": "TCP", "port": 8888}],
-            }
+            },
+            egress["egress"][0],  # the namespace's DNS rule, as it is
         ]
+        assert egress["egress"][0]["ports"][0] == {"protocol": "UDP", "port": 53}
         service = [s for s in of_kind(docs, "Service") if s["metadata"]["namespace"] == ns]
         assert [s["metadata"]["name"] for s in service] == ["sandbox-router-svc"]
         template = [t for t in of_kind(docs, "SandboxTemplate") if t["metadata"]["namespace"] == ns]
         assert template[0]["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
         pool = [p for p in of_kind(docs, "SandboxWarmPool") if p["metadata"]["namespace"] == ns]
         assert pool[0]["spec"]["sandboxTemplateRef"] == {"name": "default"}
+        # v1.0.3: a Service per sandbox, and no NetworkPolicy of agent-sandbox's own
+        assert template[0]["spec"]["service"] is True
+        assert template[0]["spec"]["networkPolicyManagement"] == "Unmanaged"
 
 
 @needs_helm

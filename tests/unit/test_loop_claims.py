@@ -1,6 +1,6 @@
-"""The loop's sandbox claims are made one at a time (agent-sandbox v0.2.1 can hand one
-warm-pool pod to two claims made together: loop/running.py says how), while the sandboxes
-themselves are used side by side."""
+"""The loop's sandbox claims are made one at a time (agent-sandbox v0.2.1 could hand one
+warm-pool pod to two claims made together: loop/running.py says how; kept with v1.0.3),
+while the sandboxes themselves are used side by side."""
 
 from __future__ import annotations
 
