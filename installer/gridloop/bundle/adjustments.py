@@ -58,7 +58,8 @@ def integrate(source: Source, docs: list[Doc]) -> list[Doc]:
 
 # What a controller's pod and containers get where upstream sets no securityContext at all
 # (agent-sandbox's controller, v0.2.1 and v1.0.3 alike, for one): Pod Security
-# `restricted` and the read-only root Trivy's checks want. Upstream's own settings, where it has any, are kept as they are.
+# `restricted` and the read-only root Trivy's checks want. Upstream's own settings, where it
+# has any, are kept as they are.
 POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {
     "allowPrivilegeEscalation": False,
