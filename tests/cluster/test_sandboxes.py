@@ -35,6 +35,7 @@ from platform_install import Installed
 from examples import example
 from gridloop.fleet import CONTAINER_NODE_LABEL
 from gridloop.local.build.images import python_images
+from gridloop.local.container.layout import OUTSIDE_IP
 
 pytestmark = pytest.mark.cluster
 
@@ -373,15 +374,14 @@ def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, cont
     assert from_outside["stdout"].strip() == "dropped", "only the router gets in"
 
 
-OUTSIDE = "198.51.100.1"  # TEST-NET-2: stands in for an address on the internet
+OUTSIDE = OUTSIDE_IP  # stands in for a host on the internet: on the bridge, pods route it
 OUTSIDE_PORT = 18080
 
 
 @pytest.fixture
 def outside() -> Iterator[list[str]]:
-    """A web server at an address outside the cluster's ranges (put on the host's loopback:
-    pods reach it through their node, as they would reach the internet), and the paths it
-    was asked for."""
+    """A web server at the address that stands in for the internet (the local cluster puts
+    it on the bridge; pods reach it through their node), and the paths it was asked for."""
     import http.server
     import threading
 
@@ -397,7 +397,6 @@ def outside() -> Iterator[list[str]]:
         def log_message(self, *_: Any) -> None:
             pass
 
-    subprocess.run(["ip", "addr", "add", f"{OUTSIDE}/32", "dev", "lo"], check=True)
     server = http.server.ThreadingHTTPServer((OUTSIDE, OUTSIDE_PORT), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -406,7 +405,6 @@ def outside() -> Iterator[list[str]]:
     finally:
         server.shutdown()
         server.server_close()
-        subprocess.run(["ip", "addr", "del", f"{OUTSIDE}/32", "dev", "lo"], check=False)
 
 
 ROUTED_OUTSIDE = """\

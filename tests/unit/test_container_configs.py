@@ -278,7 +278,11 @@ def test_pods_are_routed_to_the_service_range_and_the_metadata_address_only() ->
     ipam = bridge(0)["ipam"]
 
     # the metadata address is on the host's bridge, where nothing listens (hostnet.py)
-    assert ipam["routes"] == [{"dst": ports.SERVICE_CIDR}, {"dst": "169.254.169.254/32"}]
+    assert ipam["routes"] == [
+        {"dst": ports.SERVICE_CIDR},
+        {"dst": "169.254.169.254/32"},
+        {"dst": "198.51.100.1/32"},
+    ]
     assert all(route["dst"] not in ("0.0.0.0/0", "::/0") for route in ipam["routes"])
 
 

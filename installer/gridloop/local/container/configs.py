@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from gridloop.local.container import disk_room
-from gridloop.local.container.layout import BRIDGE, METADATA_IP, NodeLayout
+from gridloop.local.container.layout import BRIDGE, METADATA_IP, OUTSIDE_IP, NodeLayout
 
 MIRRORED = ("registry.k8s.io", "ghcr.io", "docker.io", "quay.io", "mcr.microsoft.com")
 # the upstream address each mirrored registry really has (docker.io's API is elsewhere)
@@ -175,8 +175,13 @@ def cni_config(layout: NodeLayout, s: NodeSettings) -> str:
                     # the pod range is on-link (the subnet above); Services go through
                     # the node, where kube-proxy's rules are; no default route
                     # and the cloud metadata address through the node, as on a cloud VM
-                    # (hostnet.METADATA_IP: on the bridge, where nothing listens)
-                    "routes": [{"dst": s.service_cidr}, {"dst": f"{METADATA_IP}/32"}],
+                    # (hostnet.METADATA_IP: on the bridge, where nothing listens), and the
+                    # address that stands in for the internet (layout.OUTSIDE_IP)
+                    "routes": [
+                        {"dst": s.service_cidr},
+                        {"dst": f"{METADATA_IP}/32"},
+                        {"dst": f"{OUTSIDE_IP}/32"},
+                    ],
                 },
             },
             {"type": "loopback"},

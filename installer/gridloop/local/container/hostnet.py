@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gridloop.errors import ClusterError
 from gridloop.local.container import network_policy
-from gridloop.local.container.layout import BRIDGE, METADATA_IP
+from gridloop.local.container.layout import BRIDGE, METADATA_IP, OUTSIDE_IP
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -70,8 +70,9 @@ def ensure_bridge(node_ips: Sequence[str], pod_subnet: str) -> None:
     for ip in node_ips:
         if f"{ip}/{prefix}" not in have:
             _ip("addr", "add", f"{ip}/{prefix}", "dev", BRIDGE)
-    if METADATA_CIDR not in have:
-        _ip("addr", "add", METADATA_CIDR, "dev", BRIDGE)
+    for cidr in STAND_INS:
+        if cidr not in have:
+            _ip("addr", "add", cidr, "dev", BRIDGE)
     _ip("link", "set", BRIDGE, "up")
     if _iptables("-n", "-L", ISOLATE) is None:
         raise ClusterError(
@@ -96,6 +97,8 @@ FORWARDING = Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/forwarding")
 # its egress NetworkPolicy: the test can tell the two apart. As on a cloud VM, the
 # address is link-local and never routed off the machine.
 METADATA_CIDR = f"{METADATA_IP}/32"
+# and an address standing in for a host on the internet (layout.OUTSIDE_IP), likewise
+STAND_INS = (METADATA_CIDR, f"{OUTSIDE_IP}/32")
 
 
 def _ensure_policy_queue() -> None:
@@ -202,7 +205,7 @@ def release(node_ips: Sequence[str], pod_subnet: str) -> bool:
     for ip in node_ips:
         if f"{ip}/{prefix}" in have:
             _ip("addr", "del", f"{ip}/{prefix}", "dev", BRIDGE, check=False)
-    if addresses() - {METADATA_CIDR}:
+    if addresses() - set(STAND_INS):
         return False
     _ip("link", "del", BRIDGE)
     _remove_isolation()

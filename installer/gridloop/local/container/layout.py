@@ -18,6 +18,10 @@ SOCKETS_ROOT = Path("/run/gridloop")
 BRIDGE = "gridloop0"  # one host bridge for every container node's pods
 # the cloud metadata server's address: on the bridge, where nothing listens (hostnet.py)
 METADATA_IP = "169.254.169.254"
+# an address that stands in for a host on the internet (TEST-NET-2, never routed anywhere):
+# on the bridge too, pods reach it through their node, and nothing listens unless a test
+# starts a server there; it is outside every range a sandbox's egress policy denies
+OUTSIDE_IP = "198.51.100.1"
 # the cgroup (below each v1 hierarchy's root) every container node's processes run under:
 # /gridloop/<cluster>/<node>, so two local clusters (two state directories) never share one
 CGROUP_PARENT = "gridloop"
