@@ -49,7 +49,7 @@ demo: setup host-packages
 	@eval "$$($(BIN)/gridloop local env)" && \
 	  kubectl get pods -A -o wide --field-selector spec.nodeName=system-000
 	@eval "$$($(BIN)/gridloop local env)" && \
-	  $(BIN)/python examples/sandboxes/agent.py --namespace agents --template default
+	  $(BIN)/python examples/sandboxes/agent.py --namespace agents --warm-pool default
 	$(BIN)/gridloop status --once --all
 
 down: setup

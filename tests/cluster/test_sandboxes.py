@@ -309,7 +309,7 @@ def from_control(control: dict[str, Any], command: str) -> dict[str, Any]:
 
 # (what is tried, its address from the control's facts, in the sandbox, in the control,
 # what stops it)
-POLICY = "the enforced NetworkPolicy (gridloop-sandbox-egress: no 10.0.0.0/8)"
+POLICY = "the enforced NetworkPolicy (gridloop-sandbox-egress: egress none, the default)"
 ESCAPES = [
     ("the API server at the node's address", "node_ip", "apiserver_port", "connected", POLICY),
     ("the API server's Service", "10.96.0.1", 443, "connected", POLICY),
@@ -423,22 +423,83 @@ def test_the_router_is_no_proxy_to_the_internet(
     local_cluster, client_env, control, outside
 ) -> None:
     """v1.0.3's router dials any address a caller names in X-Sandbox-Pod-IP; its
-    NetworkPolicy lets it reach the sandboxes and DNS only. A sandbox itself may reach the
-    address (its egress allows the internet), so what stops the router is its policy."""
+    NetworkPolicy lets it reach the sandboxes and DNS only. The control pod (no policy)
+    reaches the address itself, so what stops the router is its policy."""
     router = local_cluster.core.read_namespaced_service("sandbox-router-svc", NS).spec.cluster_ip
     code = ROUTED_OUTSIDE.format(router=router, outside=OUTSIDE, port=OUTSIDE_PORT)
     answer = from_control(control, f"python3 -c {shlex.quote(code)}")
-    with sandbox_client() as sandbox:
-        direct = sandbox.commands.run(probe_command(OUTSIDE, OUTSIDE_PORT), timeout=30)
-    assert direct.stdout.strip() == "connected", "the address is outside for a sandbox"
+    direct = from_control(control, probe_command(OUTSIDE, OUTSIDE_PORT))
+    assert direct["stdout"].strip() == "connected", "the address is reachable from a pod"
     assert answer["stdout"].strip() in {"502", "504"}, answer
     assert "/via-router" not in outside, "nothing reached the outside through the router"
 
 
+def rendered_egress(platform: Installed, mode: str) -> dict[str, Any]:
+    """The chart's gridloop-sandbox-egress for the sandbox namespace with
+    agentSandbox.network.egress `mode`, as `gridloop render` makes it from the install's
+    chart and values."""
+    import yaml
+
+    args = [str(Path(sys.executable).parent / "gridloop"), "render", "--chart", str(platform.chart)]
+    args += ["--profile", "local", "--set", f"agentSandbox.network.egress={mode}"]
+    for file in platform.files:
+        args += ["-f", str(file)]
+    for value in platform.sets:
+        args += ["--set", value]
+    done = subprocess.run(args, capture_output=True, text=True, env=platform.env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (policy,) = [
+        d
+        for d in yaml.safe_load_all(done.stdout)
+        if d
+        and d["kind"] == "NetworkPolicy"
+        and d["metadata"]["name"] == "gridloop-sandbox-egress"
+        and d["metadata"]["namespace"] == NS
+    ]
+    return dict(policy)
+
+
+def test_egress_is_what_the_value_says_none_dns_or_internet(
+    local_cluster, platform, client_env, control, outside, eventually
+) -> None:
+    """The installed default is `none`; the chart's policy for `internet`, then `dns`,
+    applied in its place: only `internet` lets a sandbox reach the address that stands in
+    for the internet, and none of them the API server. (DNS answers here in every mode:
+    the local cluster's kube-network-policies accepts port 53 to the host before it
+    judges, so `none` refusing DNS is shown by the rendered policy, not enforced here.)"""
+    network = client.NetworkingV1Api(local_cluster.api)
+    installed = network.read_namespaced_network_policy("gridloop-sandbox-egress", NS)
+    assert installed.spec.egress in (None, []), "agentSandbox.network.egress: none"
+    api_server = probe_command(control["node_ip"], control["apiserver_port"])
+
+    def reach(sandbox: Any) -> tuple[str, str]:
+        outside_at = sandbox.commands.run(probe_command(OUTSIDE, OUTSIDE_PORT), timeout=30)
+        api_at = sandbox.commands.run(api_server, timeout=30)
+        return outside_at.stdout.strip(), api_at.stdout.strip()
+
+    def apply(mode: str) -> None:
+        policy = rendered_egress(platform, mode)
+        body = network.read_namespaced_network_policy("gridloop-sandbox-egress", NS)
+        body.spec.egress = policy["spec"]["egress"] or None
+        network.replace_namespaced_network_policy("gridloop-sandbox-egress", NS, body)
+
+    with sandbox_client() as sandbox:
+        try:
+            assert reach(sandbox) == ("dropped", "dropped"), "none"
+            apply("internet")
+            eventually(lambda: reach(sandbox) == ("connected", "dropped"), "internet", 30)
+            apply("dns")
+            eventually(lambda: reach(sandbox) == ("dropped", "dropped"), "dns", 30)
+        finally:
+            apply("none")
+
+
 # A lookup that a blocked DNS would never answer, tried a few times: one CI run (stop 55,
 # 12c819a) saw the first lookup in a fresh sandbox fail with EAI_AGAIN under the suite's
-# load, the resolver's own retries spent; what this pins is that the isolation policy lets
-# DNS through, which a later answer shows as well as a first one
+# load, the resolver's own retries spent; what this pins is that a gVisor sandbox resolves
+# cluster names through the local cluster's DNS (the host's CoreDNS, whose port 53 the
+# local kube-network-policies accepts before judging: it answers in every egress mode, so
+# this is not the chart's DNS rule at work), which a later answer shows as well as a first
 LOOKUP = """
 import socket, sys, time
 for attempt in range(5):

@@ -899,12 +899,11 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
             "gridloop-sandbox-router",
         }
         egress = policies["gridloop-sandbox-egress"]
+        assert egress["policyTypes"] == ["Egress"]
         assert egress["podSelector"] == {
             "matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["sandbox-router"]}]
         }, "every pod in the namespace but the router"
-        internet = egress["egress"][1]["to"][0]["ipBlock"]
-        assert internet["cidr"] == "0.0.0.0/0"
-        assert "169.254.0.0/16" in internet["except"] and "10.0.0.0/8" in internet["except"]
+        assert egress["egress"] == [], "agentSandbox.network.egress none, the default"
         # sandboxes take connections from the router only, on the runtime's port
         ingress = policies["gridloop-sandbox-ingress"]
         assert ingress["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
@@ -924,9 +923,18 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
                 ],
                 "ports": [{"protocol": "TCP", "port": 8888}],
             },
-            egress["egress"][0],  # the namespace's DNS rule, as it is
+            {
+                "to": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                        },
+                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                    }
+                ],
+                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+            },
         ]
-        assert egress["egress"][0]["ports"][0] == {"protocol": "UDP", "port": 53}
         service = [s for s in of_kind(docs, "Service") if s["metadata"]["namespace"] == ns]
         assert [s["metadata"]["name"] for s in service] == ["sandbox-router-svc"]
         template = [t for t in of_kind(docs, "SandboxTemplate") if t["metadata"]["namespace"] == ns]
@@ -936,6 +944,39 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
         # v1.0.3: a Service per sandbox, and no NetworkPolicy of agent-sandbox's own
         assert template[0]["spec"]["service"] is True
         assert template[0]["spec"]["networkPolicyManagement"] == "Unmanaged"
+
+
+def _sandbox_egress(render: Render, mode: str) -> list[dict[str, Any]]:
+    docs = render(EVERYTHING, sets=(f"agentSandbox.network.egress={mode}",))
+    (policy,) = [
+        p
+        for p in of_kind(docs, "NetworkPolicy")
+        if p["metadata"]["name"] == "gridloop-sandbox-egress"
+        and p["metadata"]["namespace"] == "agents"
+    ]
+    return list(policy["spec"]["egress"])
+
+
+@needs_helm
+def test_sandbox_egress_is_nothing_dns_or_dns_and_the_internet_as_the_value_says(
+    render: Render,
+) -> None:
+    assert _sandbox_egress(render, "none") == [], "no rule: nothing leaves"
+    dns = _sandbox_egress(render, "dns")
+    assert [p["port"] for rule in dns for p in rule["ports"]] == [53, 53]
+    assert dns[0]["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    internet = _sandbox_egress(render, "internet")
+    assert internet[0] == dns[0]
+    block = internet[1]["to"][0]["ipBlock"]
+    assert block["cidr"] == "0.0.0.0/0"
+    assert "169.254.0.0/16" in block["except"] and "10.0.0.0/8" in block["except"]
+    assert len(internet) == 2
+
+
+@needs_helm
+def test_an_egress_mode_not_known_is_refused_naming_the_field(render_error) -> None:
+    error = render_error(EVERYTHING, sets=("agentSandbox.network.egress=open",))
+    assert "/agentSandbox/network/egress': value must be one of 'none', 'dns', 'internet'" in error
 
 
 @needs_helm
