@@ -453,7 +453,7 @@ def rendered_egress(platform: Installed, mode: str) -> dict[str, Any]:
         for d in yaml.safe_load_all(done.stdout)
         if d
         and d["kind"] == "NetworkPolicy"
-        and d["metadata"]["name"] == "gridloop-sandbox-egress"
+        and d["metadata"]["name"].endswith("-sandbox-egress")
         and d["metadata"]["namespace"] == NS
     ]
     return dict(policy)
@@ -468,7 +468,12 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
     the local cluster's kube-network-policies accepts port 53 to the host before it
     judges, so `none` refusing DNS is shown by the rendered policy, not enforced here.)"""
     network = client.NetworkingV1Api(local_cluster.api)
-    installed = network.read_namespaced_network_policy("gridloop-sandbox-egress", NS)
+    (name,) = [
+        p.metadata.name
+        for p in network.list_namespaced_network_policy(NS).items
+        if p.metadata.name.endswith("-sandbox-egress")  # <release>-sandbox-egress
+    ]
+    installed = network.read_namespaced_network_policy(name, NS)
     assert installed.spec.egress in (None, []), "agentSandbox.network.egress: none"
     api_server = probe_command(control["node_ip"], control["apiserver_port"])
 
@@ -479,9 +484,9 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
 
     def apply(mode: str) -> None:
         policy = rendered_egress(platform, mode)
-        body = network.read_namespaced_network_policy("gridloop-sandbox-egress", NS)
+        body = network.read_namespaced_network_policy(name, NS)
         body.spec.egress = policy["spec"]["egress"] or None
-        network.replace_namespaced_network_policy("gridloop-sandbox-egress", NS, body)
+        network.replace_namespaced_network_policy(name, NS, body)
 
     with sandbox_client() as sandbox:
         try:
