@@ -485,7 +485,7 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
     def apply(mode: str) -> None:
         policy = rendered_egress(platform, mode)
         body = network.read_namespaced_network_policy(name, NS)
-        body.spec.egress = policy["spec"]["egress"] or None
+        body.spec.egress = policy["spec"].get("egress")
         network.replace_namespaced_network_policy(name, NS, body)
 
     with sandbox_client() as sandbox:

@@ -202,3 +202,13 @@ def test_the_plan_reads_which_controllers_the_values_turn_on() -> None:
         "dcgmExporter": False,
     }
     assert planning.min_kubernetes({"kubeVersion": ">=1.30.0-0"}) == "v1.30.0"
+
+
+def test_an_object_another_controls_is_not_counted_as_left_behind() -> None:
+    """agent-sandbox v1.0.3's warm pool owns its Sandboxes (controller: true): they go with
+    the pool; an object merely referencing an owner, or none, is counted."""
+    pool = {"kind": "SandboxWarmPool", "name": "default", "controller": True}
+    assert purging.controlled({"ownerReferences": [pool]})
+    assert not purging.controlled({"ownerReferences": [{**pool, "controller": False}]})
+    assert not purging.controlled({"ownerReferences": []})
+    assert not purging.controlled({})

@@ -11,6 +11,7 @@ own (unless forced), and unless a person confirmed it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gridloop.chart.diagnosis import Existing
 
@@ -20,6 +21,14 @@ SHOWN = 4
 def gridloops(managers: Mapping[str, Sequence[str]], field_manager: str) -> list[str]:
     """CRD names (from name -> its managedFields managers) that gridloop applied."""
     return sorted(name for name, found in managers.items() if field_manager in found)
+
+
+def controlled(metadata: Mapping[str, Any]) -> bool:
+    """Whether an object's controller is another object (an ownerReference with
+    `controller: true`, as agent-sandbox's warm pool on its Sandboxes): it lives and dies
+    with that owner, which is counted itself, so it is not one more object left behind."""
+    owners = metadata.get("ownerReferences") or []
+    return any(owner.get("controller") is True for owner in owners)
 
 
 def others(objects: Sequence[Existing], release: str, namespace: str) -> list[Existing]:

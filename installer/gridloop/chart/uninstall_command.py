@@ -286,6 +286,8 @@ def _custom_resources(api: client.ApiClient, crds: list[str]) -> list[Existing]:
         path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
         for item in _metadata_list(api, path):
             metadata = item["metadata"]
+            if purging.controlled(metadata):
+                continue  # goes with its owner (a warm pool's Sandbox), counted itself
             annotations = metadata.get("annotations") or {}
             out.append(
                 Existing(
