@@ -363,8 +363,8 @@ def test_a_sandbox_cannot_read_the_hosts_files(client_env, tmp_path) -> None:
 
 
 def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, control) -> None:
-    """Blocked by the first's ingress policies (gridloop-sandbox-ingress and agent-sandbox's
-    per-template one: the router only) and the second's egress (no 10.0.0.0/8)."""
+    """Blocked by the first's ingress policy (gridloop-sandbox-ingress: the router only)
+    and the second's egress (none, the default)."""
     with sandbox_client() as first, sandbox_client() as second:
         first_ip = local_cluster.core.read_namespaced_pod(first.get_pod_name(), NS).status.pod_ip
         assert first.commands.run("echo here").stdout == "here\n", "the router reaches the first"
@@ -374,7 +374,7 @@ def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, cont
     assert from_outside["stdout"].strip() == "dropped", "only the router gets in"
 
 
-OUTSIDE = OUTSIDE_IP  # stands in for a host on the internet: on the bridge, pods route it
+OUTSIDE = OUTSIDE_IP  # stands in for a host on the internet (local/container/layout.py)
 OUTSIDE_PORT = 18080
 
 
@@ -435,18 +435,16 @@ def test_the_router_is_no_proxy_to_the_internet(
 
 
 def rendered_egress(platform: Installed, mode: str) -> dict[str, Any]:
-    """The chart's gridloop-sandbox-egress for the sandbox namespace with
+    """The chart's <release>-sandbox-egress for the sandbox namespace with
     agentSandbox.network.egress `mode`, as `gridloop render` makes it from the install's
     chart and values."""
     import yaml
 
-    args = [str(Path(sys.executable).parent / "gridloop"), "render", "--chart", str(platform.chart)]
-    args += ["--profile", "local", "--set", f"agentSandbox.network.egress={mode}"]
-    for file in platform.files:
-        args += ["-f", str(file)]
-    for value in platform.sets:
-        args += ["--set", value]
-    done = subprocess.run(args, capture_output=True, text=True, env=platform.env, timeout=120)
+    values = [f"-f={f}" for f in platform.files] + [f"--set={s}" for s in platform.sets]
+    done = platform.gridloop(
+        "render", "--chart", str(platform.chart), "--profile", "local", *values,
+        f"--set=agentSandbox.network.egress={mode}", timeout=120,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     (policy,) = [
         d
