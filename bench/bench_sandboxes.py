@@ -2,8 +2,10 @@
 
 Needs a running local cluster with the chart installed with the local profile
 (`gridloop local up`, then `gridloop install --profile local`). The client is
-k8s-agent-sandbox 1.0.8's SandboxClient, given the router Service's address (the host
-reaches ClusterIPs through kube-proxy), so the figures are the platform's and not
+k8s-agent-sandbox 1.0.8's SandboxClient as the loop drives it (gridloop's ClaimedSandbox:
+the client claims, the token issuer's token for the claim goes with every request to the
+authenticated router), given the router Service's address (the host reaches ClusterIPs
+through kube-proxy), so the figures are the platform's and not
 `kubectl port-forward`'s (the client's developer mode adds its own start and a fixed
 0.5 s wait to each claim).
 
@@ -48,6 +50,7 @@ from gridloop.local.build.images import python_images
 from gridloop.local.state import load
 
 NS = "agents"
+ROUTER_NS = "sandbox-router"  # the chart's agentSandbox.router.namespace
 POOL = "default"  # the chart's SandboxWarmPool (named as its template)
 EXTENSIONS = ("extensions.agents.x-k8s.io", "v1beta1")
 POOL_LABEL = "agents.x-k8s.io/warm-pool-sandbox"  # on a pool's sandboxes until claimed
@@ -83,7 +86,7 @@ class Bench:
         api = kube.api_client(self.kubeconfig)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        router = self.core.read_namespaced_service("sandbox-router-svc", NS)
+        router = self.core.read_namespaced_service("sandbox-router-svc", ROUTER_NS)
         self.api_url = f"http://{router.spec.cluster_ip}:8080"
 
     # --- the warm pool ---
@@ -116,17 +119,15 @@ class Bench:
 
     def claim_once(self) -> tuple[float, float]:
         """(seconds to the claim's sandbox being usable, to the first command's output)."""
-        from k8s_agent_sandbox import SandboxClient
-        from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
+        from gridloop.sandboxes.claiming import ClaimedSandbox
 
         t0 = time.monotonic()
-        with SandboxClient(SandboxDirectConnectionConfig(api_url=self.api_url)) as sandboxes:
-            sandbox = sandboxes.create_sandbox(POOL, namespace=NS, sandbox_ready_timeout=180)
+        # as the loop claims: the client's claim, the issuer's token, the router with it
+        with ClaimedSandbox(self.api_url, POOL, NS, 180, self.core) as sandbox:
             claimed = time.monotonic() - t0
-            out = sandbox.commands.run("echo ready")
+            out = sandbox.run("echo ready")
             first = time.monotonic() - t0
             assert out.stdout == "ready\n", out
-            sandbox.terminate()
         return claimed, first
 
     def claims(self, total: int, block: int, say: Callable[[str], None]) -> dict[str, Any]:

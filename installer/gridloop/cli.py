@@ -35,6 +35,8 @@ COMMANDS = {
     "status": "gridloop.status.commands",
     "models": "gridloop.models.commands",
     "loop": "gridloop.loop.commands",
+    # what the chart's sandbox-token-issuer runs in gridloop's image
+    "sandboxes": "gridloop.sandboxes.commands",
 }
 
 

@@ -58,6 +58,7 @@ SANDBOX_EXTENSIONS = ("extensions.agents.x-k8s.io", "v1beta1")
 WARM_LABEL = "agents.x-k8s.io/warm-pool-sandbox"
 SANDBOX_NAMESPACE = "agents"  # values.yaml's one sandbox namespace
 SANDBOX_SYSTEM = "agent-sandbox-system"  # where upstream runs its controller
+ROUTER_NAMESPACE = "sandbox-router"  # agentSandbox.router.namespace: the router, its issuer
 GRIDLOOP = str(Path(sys.executable).parent / "gridloop")
 SANDBOX_MESSAGE = "pods in sandbox namespaces must set spec.runtimeClassName to one of gvisor"
 QUEUE_MESSAGE = (
@@ -175,7 +176,7 @@ def test_the_controllers_and_the_health_service_run_as_real_containers_on_the_co
         NAMESPACE: {f"{RELEASE}-health", "kuberay-operator"},
         "kueue-system": {"kueue-controller-manager"},
         SANDBOX_SYSTEM: {"agent-sandbox-controller"},
-        SANDBOX_NAMESPACE: {"sandbox-router"},
+        ROUTER_NAMESPACE: {"sandbox-router", "sandbox-token-issuer"},
     }
     apps = client.AppsV1Api(local_cluster.api)
     for namespace, names in wanted.items():
@@ -618,6 +619,7 @@ def test_a_plain_helm_install_of_the_bundle_refuses_bad_values_and_readies_every
             "agent-sandbox-controller",
             "kueue-controller-manager",
             "sandbox-router",
+            "sandbox-token-issuer",
         }
         for doc in released:
             kind, name = doc["kind"], doc["metadata"]["name"]

@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,14 @@ from platform_install import Installed
 
 from examples import example
 from gridloop.fleet import CONTAINER_NODE_LABEL
-from gridloop.local.build.images import python_images
+from gridloop.local.build.images import python_images, table
 from gridloop.local.container.layout import OUTSIDE_IP
+from gridloop.sandboxes.claiming import ClaimedSandbox
 
 pytestmark = pytest.mark.cluster
 
 NS = "agents"
+ROUTER_NS = "sandbox-router"  # agentSandbox.router.namespace
 POOL = "default"  # the chart's SandboxWarmPool, named as its SandboxTemplate
 EXAMPLE = example("sandboxes/agent.py")
 EXTENSIONS = ("extensions.agents.x-k8s.io", "v1beta1")
@@ -143,19 +145,25 @@ def wait_for_full_pool(local_cluster: Any, timeout: float = 180) -> set[str]:
     raise AssertionError(f"the warm pool in {NS} not at {wanted} ready after {timeout}s: {pods}")
 
 
-@contextlib.contextmanager
-def sandbox_client() -> Iterator[Any]:
-    """A sandbox claimed from the warm pool with agent-sandbox's client in its developer
-    mode (a port-forward to the router), released on the way out."""
-    from k8s_agent_sandbox import SandboxClient
-    from k8s_agent_sandbox.models import SandboxLocalTunnelConnectionConfig
+def router_url(core: client.CoreV1Api) -> str:
+    """The router's Service, as the host reaches it (the local cluster routes ClusterIPs)."""
+    ip = core.read_namespaced_service("sandbox-router-svc", ROUTER_NS).spec.cluster_ip
+    return f"http://{ip}:8080"
 
-    with SandboxClient(SandboxLocalTunnelConnectionConfig(router_namespace=NS)) as sandboxes:
-        sandbox = sandboxes.create_sandbox(POOL, namespace=NS, sandbox_ready_timeout=120)
-        try:
-            yield sandbox
-        finally:
-            sandbox.terminate()
+
+@pytest.fixture(scope="module")
+def sandboxes(local_cluster, client_env) -> Callable[[], Any]:
+    """Claims a sandbox from the warm pool the way the loop does (gridloop's
+    ClaimedSandbox: agent-sandbox's client claims, the issuer's token drives it through the
+    router), released on the way out; the handle is the 1.x client's Sandbox."""
+    url = router_url(local_cluster.core)
+
+    @contextlib.contextmanager
+    def claim() -> Iterator[Any]:
+        with ClaimedSandbox(url, POOL, NS, 120, local_cluster.core) as claimed:
+            yield claimed.sandbox
+
+    return claim
 
 
 # --- the example agent, end to end ---
@@ -217,10 +225,10 @@ def test_a_warm_sandbox_is_a_gvisor_pod_on_the_container_node_with_the_secure_de
 
 
 def test_inside_a_sandbox_the_kernel_is_gvisors_and_in_a_runc_pod_the_hosts(
-    local_cluster, client_env, namespace, eventually
+    local_cluster, client_env, namespace, eventually, sandboxes
 ) -> None:
     host_version = Path("/proc/version").read_text().strip()
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         version = sandbox.commands.run("cat /proc/version")
         dmesg = sandbox.commands.run("dmesg")
     assert version.exit_code == 0
@@ -332,14 +340,21 @@ ESCAPES = [
     ids=[e[0] for e in ESCAPES],
 )
 def test_a_sandbox_cannot_reach(
-    client_env, control, what: str, host: str, port: Any, control_outcome: str, blocked_by: str
+    client_env,
+    control,
+    what: str,
+    host: str,
+    port: Any,
+    control_outcome: str,
+    blocked_by: str,
+    sandboxes,
 ) -> None:
     address = control.get(host, host)
     number = int(control.get(port, port)) if isinstance(port, str) else port
     command = probe_command(address, number)
 
     seen = from_control(control, command)["stdout"].strip()
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         tried = sandbox.commands.run(command, timeout=30)
 
     assert seen == control_outcome, f"control: {what} at {address}:{number} gave {seen}"
@@ -349,11 +364,11 @@ def test_a_sandbox_cannot_reach(
     )
 
 
-def test_a_sandbox_cannot_read_the_hosts_files(client_env, tmp_path) -> None:
+def test_a_sandbox_cannot_read_the_hosts_files(client_env, tmp_path, sandboxes) -> None:
     """Blocked by gVisor: its gofer serves the container's root and volumes only."""
     marker = tmp_path / f"host-secret-{uuid.uuid4().hex[:6]}"
     marker.write_text("the host's\n")
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         direct = sandbox.commands.run(f"cat {marker}")
         via_proc = sandbox.commands.run(f"cat /proc/1/root{marker}")
         hostname = sandbox.commands.run("cat /etc/hostname")
@@ -362,10 +377,12 @@ def test_a_sandbox_cannot_read_the_hosts_files(client_env, tmp_path) -> None:
     assert hostname.stdout.strip() != Path("/etc/hostname").read_text().strip()
 
 
-def test_a_second_sandbox_cannot_reach_the_first(local_cluster, client_env, control) -> None:
+def test_a_second_sandbox_cannot_reach_the_first(
+    local_cluster, client_env, control, sandboxes
+) -> None:
     """Blocked by the first's ingress policy (gridloop-sandbox-ingress: the router only)
     and the second's egress (none, the default)."""
-    with sandbox_client() as first, sandbox_client() as second:
+    with sandboxes() as first, sandboxes() as second:
         first_ip = local_cluster.core.read_namespaced_pod(first.get_pod_name(), NS).status.pod_ip
         assert first.commands.run("echo here").stdout == "here\n", "the router reaches the first"
         tried = second.commands.run(probe_command(first_ip, 8888), timeout=30)
@@ -407,31 +424,111 @@ def outside() -> Iterator[list[str]]:
         server.server_close()
 
 
-ROUTED_OUTSIDE = """\
-import urllib.request, urllib.error
-request = urllib.request.Request("http://{router}:8080/via-router", headers={{
-    "X-Sandbox-ID": "anything", "X-Sandbox-Namespace": "agents",
-    "X-Sandbox-Pod-IP": "{outside}", "X-Sandbox-Port": "{port}"}})
+# a request to the router from a pod, with whatever headers and token it is given: its
+# status code and, on 2xx, the body
+TO_ROUTER = """\
+import json, sys, urllib.request, urllib.error
+headers = {headers!r}
+request = urllib.request.Request("{url}/execute", data={body!r}.encode(), headers=headers)
 try:
-    print(urllib.request.urlopen(request, timeout=40).status)
+    answer = urllib.request.urlopen(request, timeout=40)
+    print(answer.status, answer.read().decode())
 except urllib.error.HTTPError as err:
-    print(err.code)
+    print(err.code, err.read().decode())
 """
 
 
-def test_the_router_is_no_proxy_to_the_internet(
-    local_cluster, client_env, control, outside
+def to_router(
+    control: dict[str, Any], url: str, sandbox: str, command: str, token: str = "", **more: str
+) -> tuple[int, str]:
+    """`command` for the sandbox `sandbox`, sent to the router from the control pod (a pod
+    in a namespace of its own, as a tenant's would be) with `token`, if any."""
+    headers = {
+        "X-Sandbox-ID": sandbox,
+        "X-Sandbox-Namespace": NS,
+        "X-Sandbox-Port": "8888",
+        "Content-Type": "application/json",
+        **more,
+    }
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    code = TO_ROUTER.format(url=url, headers=headers, body=json.dumps({"command": command}))
+    said = from_control(control, f"python3 -c {shlex.quote(code)}")["stdout"].strip()
+    status, _, body = said.partition(" ")
+    return int(status), body
+
+
+def token_of(core: client.CoreV1Api, claim: str) -> str:
+    import base64
+
+    secret = core.read_namespaced_secret(f"{claim}-router-token", NS)
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+def test_only_the_claims_own_token_drives_its_sandbox(
+    local_cluster, client_env, control, sandboxes
 ) -> None:
-    """v1.0.3's router dials any address a caller names in X-Sandbox-Pod-IP; its
-    NetworkPolicy lets it reach the sandboxes and DNS only. The control pod (no policy)
-    reaches the address itself, so what stops the router is its policy."""
-    router = local_cluster.core.read_namespaced_service("sandbox-router-svc", NS).spec.cluster_ip
-    code = ROUTED_OUTSIDE.format(router=router, outside=OUTSIDE, port=OUTSIDE_PORT)
-    answer = from_control(control, f"python3 -c {shlex.quote(code)}")
+    """The router (--authz-mode=scoped-token) from a pod in another namespace: no token
+    401, another claim's token 403, and neither reaches the sandbox; the claim's own token
+    runs the command. The tokens are the ones gridloop's issuer wrote beside the claims."""
+    core = local_cluster.core
+    url = router_url(core)
+    with sandboxes() as first, sandboxes() as second:
+        mine, theirs = first.sandbox_id, second.sandbox_id
+        own, other = token_of(core, first.claim_name), token_of(core, second.claim_name)
+        touch = "touch /app/reached"
+        assert to_router(control, url, mine, touch)[0] == 401, "no token"
+        assert to_router(control, url, mine, touch, "v1.forged.token")[0] == 401
+        assert to_router(control, url, mine, touch, other)[0] == 403, "another claim's token"
+        # the 1.x client's fast path names the pod's address: not bound by a token, refused
+        ip = core.read_namespaced_pod(first.get_pod_name(), NS).status.pod_ip
+        assert to_router(control, url, mine, touch, own, **{"X-Sandbox-Pod-IP": ip})[0] == 403
+        assert not first.files.exists("reached"), "nothing got through to the sandbox"
+        status, body = to_router(control, url, mine, "echo mine", own)
+        assert (status, json.loads(body)["stdout"]) == (200, "mine\n")
+        assert to_router(control, url, theirs, "echo theirs", own)[0] == 403
+        assert second.commands.run("echo theirs").stdout == "theirs\n"
+
+
+def test_a_claims_token_goes_with_the_claim(local_cluster, client_env, sandboxes) -> None:
+    core = local_cluster.core
+    with sandboxes() as sandbox:
+        name = f"{sandbox.claim_name}-router-token"
+        secret = core.read_namespaced_secret(name, NS)
+        (owner,) = secret.metadata.owner_references
+        assert (owner.kind, owner.name) == ("SandboxClaim", sandbox.claim_name)
+        assert secret.metadata.annotations["gridloop.io/sandbox"] == sandbox.sandbox_id
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespaced_secret(name, NS)
+        except ApiException as err:
+            assert err.status == 404
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"{NS}/{name} still there 60 s after its claim went")
+
+
+def test_the_router_is_no_proxy_to_the_internet(
+    local_cluster, client_env, control, outside, sandboxes
+) -> None:
+    """agent-sandbox's router dials any address a caller names in X-Sandbox-Pod-IP when it
+    lets the request through; with scoped tokens it never does (401 without a token, 403
+    with one: the header is not bound by it), and its NetworkPolicy would stop it besides
+    (tests/unit: the router's egress is the sandboxes' port and DNS). The control pod (no
+    policy) reaches the address itself."""
+    core = local_cluster.core
+    url = router_url(core)
+    outside_at = {"X-Sandbox-Pod-IP": OUTSIDE, "X-Sandbox-Port": str(OUTSIDE_PORT)}
+    with sandboxes() as sandbox:
+        token = token_of(core, sandbox.claim_name)
+        anonymous = to_router(control, url, "anything", "true", **outside_at)
+        claimed = to_router(control, url, sandbox.sandbox_id, "true", token, **outside_at)
     direct = from_control(control, probe_command(OUTSIDE, OUTSIDE_PORT))
     assert direct["stdout"].strip() == "connected", "the address is reachable from a pod"
-    assert answer["stdout"].strip() in {"502", "504"}, answer
-    assert "/via-router" not in outside, "nothing reached the outside through the router"
+    assert (anonymous[0], claimed[0]) == (401, 403)
+    assert outside == [], "nothing reached the outside through the router"
 
 
 def rendered_egress(platform: Installed, mode: str) -> dict[str, Any]:
@@ -458,7 +555,7 @@ def rendered_egress(platform: Installed, mode: str) -> dict[str, Any]:
 
 
 def test_egress_is_what_the_value_says_none_dns_or_internet(
-    local_cluster, platform, client_env, control, outside, eventually
+    local_cluster, platform, client_env, control, outside, eventually, sandboxes
 ) -> None:
     """The installed default is `none`; the chart's policy for `internet`, then `dns`,
     applied in its place: only `internet` lets a sandbox reach the address that stands in
@@ -486,7 +583,7 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
         body.spec.egress = policy["spec"].get("egress")
         network.replace_namespaced_network_policy(name, NS, body)
 
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         try:
             assert reach(sandbox) == ("dropped", "dropped"), "none"
             apply("internet")
@@ -515,8 +612,8 @@ for attempt in range(5):
 """
 
 
-def test_dns_still_resolves_in_a_sandbox(client_env) -> None:
-    with sandbox_client() as sandbox:
+def test_dns_still_resolves_in_a_sandbox(client_env, sandboxes) -> None:
+    with sandboxes() as sandbox:
         answer = sandbox.commands.run(f"python3 -c {shlex.quote(LOOKUP)}")
     assert answer.stdout.strip() == "10.96.0.1", answer.stderr
 
@@ -550,9 +647,9 @@ REFUSED = [
     ),
     ("hostnetwork", "gvisor", {}, {"hostNetwork": True}, "hostNetwork"),
     (
-        "router-image-own-command",
+        "the-routers-own-image-and-labels",
         None,
-        {"image": python_images.by_name(python_images.ROUTER).ref, "command": ["sh"]},
+        {"image": table.router_ref(), "command": None},
         {},
         "must set spec.runtimeClassName to one of gvisor",
     ),
@@ -567,6 +664,8 @@ def test_admission_refuses_an_escaping_pod_in_a_sandbox_namespace(
 ) -> None:
     pod = sandbox_namespace_pod(name, runtime, **container)
     pod["spec"].update(spec)
+    if name == "the-routers-own-image-and-labels":
+        pod["metadata"]["labels"] = {"app": "sandbox-router"}
 
     with pytest.raises(ApiException) as refused:
         local_cluster.core.create_namespaced_pod(NS, pod)
@@ -614,10 +713,10 @@ def test_a_claim_for_a_warm_pool_that_does_not_exist(local_cluster, client_env) 
     # agent-sandbox's client alone: it reads the claim's condition and deletes its claim
     from k8s_agent_sandbox import SandboxClient
     from k8s_agent_sandbox.exceptions import SandboxWarmPoolNotFoundError
-    from k8s_agent_sandbox.models import SandboxLocalTunnelConnectionConfig
+    from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
 
     custom = client.CustomObjectsApi(local_cluster.api)
-    connection = SandboxLocalTunnelConnectionConfig(router_namespace=NS)
+    connection = SandboxDirectConnectionConfig(api_url=router_url(core))
     t0 = time.monotonic()
     refused = pytest.raises(
         SandboxWarmPoolNotFoundError, match='SandboxWarmPool "no-such-pool" not found'
@@ -696,9 +795,9 @@ def test_a_claim_names_the_missing_warm_pool_in_its_condition(local_cluster, cli
 
 
 def test_a_command_past_its_timeout_is_ended_and_the_sandbox_answers_the_next(
-    client_env,
+    client_env, sandboxes
 ) -> None:
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         t0 = time.monotonic()
         slow = sandbox.commands.run("timeout 2 sleep 60", timeout=30)
         took = time.monotonic() - t0
@@ -709,11 +808,11 @@ def test_a_command_past_its_timeout_is_ended_and_the_sandbox_answers_the_next(
 
 
 def test_an_upload_over_the_limit_is_refused_and_the_sandbox_and_router_carry_on(
-    local_cluster, client_env
+    local_cluster, client_env, sandboxes
 ) -> None:
     limit = 16 * 1024 * 1024  # the local profile's agentSandbox.router.maxRequestBytes
     restarts_before = router_restarts(local_cluster.core)
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         with pytest.raises(SandboxRequestError) as refused:
             sandbox.files.write("too-big.bin", b"x" * (limit + 1024 * 1024))
         assert refused.value.status_code == 413
@@ -726,14 +825,16 @@ def test_an_upload_over_the_limit_is_refused_and_the_sandbox_and_router_carry_on
     assert wait_for_warm_pool(local_cluster.core, 60), "the pool refills as after any claim"
 
 
-def test_a_full_workspace_refuses_the_write_and_the_sandbox_keeps_serving(client_env) -> None:
+def test_a_full_workspace_refuses_the_write_and_the_sandbox_keeps_serving(
+    client_env, sandboxes
+) -> None:
     """/app is a tmpfs of the local profile's template.workspaceSizeLimit (64 MiB): the
     kernel refuses the write, where a disk volume over its limit gets the pod evicted.
     The runtime answers 500 with the reason; agent-sandbox's client does not retry an
     upload (a POST) and carries the answer in its error."""
     chunk = 8 * 1024 * 1024  # under the router's 16 MiB limit
     written = 0
-    with sandbox_client() as sandbox:
+    with sandboxes() as sandbox:
         with pytest.raises(SandboxRequestError) as full:
             for index in range(16):
                 sandbox.files.write(f"part-{index}.bin", b"z" * chunk)
@@ -749,19 +850,22 @@ def test_a_full_workspace_refuses_the_write_and_the_sandbox_keeps_serving(client
 
 
 def router_restarts(core: client.CoreV1Api) -> int:
-    pods = core.list_namespaced_pod(NS, label_selector="app=sandbox-router").items
+    pods = core.list_namespaced_pod(ROUTER_NS, label_selector="app=sandbox-router").items
     return sum(s.restart_count for p in pods for s in (p.status.container_statuses or []))
 
 
-def test_the_router_is_the_only_runc_pod_the_policy_lets_into_a_sandbox_namespace(
+def test_the_router_runs_in_its_own_namespace_and_every_sandbox_namespace_pod_in_gvisor(
     local_cluster, platform
 ) -> None:
-    (router,) = local_cluster.core.list_namespaced_pod(
-        NS, label_selector="app=sandbox-router"
-    ).items
-    assert router.spec.runtime_class_name is None  # runc: port-forward reaches it
+    core = local_cluster.core
+    (router,) = core.list_namespaced_pod(ROUTER_NS, label_selector="app=sandbox-router").items
+    assert router.spec.containers[0].image == table.router_ref()
+    assert router.spec.runtime_class_name is None  # runc, outside the sandbox namespaces
     assert router.spec.automount_service_account_token is False
     assert router.spec.node_selector == {CONTAINER_NODE_LABEL: "true"}
+    pods = core.list_namespaced_pod(NS).items
+    assert pods and {p.spec.runtime_class_name for p in pods} == {"gvisor"}
+    assert not core.list_namespaced_pod(NS, label_selector="app=sandbox-router").items
 
 
 # --- gridloop status ---

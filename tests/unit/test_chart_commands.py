@@ -184,8 +184,12 @@ def test_local_profile_runs_the_controllers_on_the_container_nodes_and_leaves_ou
     assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Workspace"}
     assert {"SandboxTemplate", "SandboxWarmPool", "RuntimeClass"} <= kinds
     controllers = {"kueue-controller-manager", "kuberay-operator", "agent-sandbox-controller"}
-    # and agent-sandbox's router, in the sandbox namespace, on the container node too
-    assert names(docs, "Deployment") == controllers | {"gridloop-health", "sandbox-router"}
+    # and agent-sandbox's router with gridloop's token issuer, on the container node too
+    assert names(docs, "Deployment") == controllers | {
+        "gridloop-health",
+        "sandbox-router",
+        "sandbox-token-issuer",
+    }
     for deployment in of_kind(docs, "Deployment"):
         pod = deployment["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"gridloop.io/container-node": "true"}

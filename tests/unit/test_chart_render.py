@@ -893,52 +893,32 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
             for p in of_kind(docs, "NetworkPolicy")
             if p["metadata"]["namespace"] == ns
         }
-        assert set(policies) == {
-            "gridloop-sandbox-egress",
-            "gridloop-sandbox-ingress",
-            "gridloop-sandbox-router",
-        }
+        assert set(policies) == {"gridloop-sandbox-egress", "gridloop-sandbox-ingress"}
         egress = policies["gridloop-sandbox-egress"]
         assert egress["policyTypes"] == ["Egress"]
-        assert egress["podSelector"] == {
-            "matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["sandbox-router"]}]
-        }, "every pod in the namespace but the router"
+        assert egress["podSelector"] == {}, "every pod in the namespace: the router is not here"
         # agentSandbox.network.egress none, the default: no rule at all, and no empty list
         # (the API server drops one, so every install would see a change)
         assert "egress" not in egress
-        # sandboxes take connections from the router only, on the runtime's port
+        # sandboxes take connections from the router's pods in the router's namespace only
+        # (a pod labelled app=sandbox-router anywhere else is not let in), on the runtime's port
         ingress = policies["gridloop-sandbox-ingress"]
         assert ingress["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}
         assert ingress["ingress"] == [
             {
-                "from": [{"podSelector": {"matchLabels": {"app": "sandbox-router"}}}],
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": "sandbox-router"}
+                        },
+                        "podSelector": {"matchLabels": {"app": "sandbox-router"}},
+                    }
+                ],
                 "ports": [{"protocol": "TCP", "port": 8888}],
             }
         ]
-        # the router may reach the sandboxes' runtime port and DNS, and nothing else: it
-        # dials any address a caller names (X-Sandbox-Pod-IP)
-        router = policies["gridloop-sandbox-router"]
-        assert router["egress"] == [
-            {
-                "to": [
-                    {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "sandbox"}}}
-                ],
-                "ports": [{"protocol": "TCP", "port": 8888}],
-            },
-            {
-                "to": [
-                    {
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
-                        },
-                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                    }
-                ],
-                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-            },
-        ]
-        service = [s for s in of_kind(docs, "Service") if s["metadata"]["namespace"] == ns]
-        assert [s["metadata"]["name"] for s in service] == ["sandbox-router-svc"]
+        assert not [s for s in of_kind(docs, "Service") if s["metadata"]["namespace"] == ns]
+        assert not [d for d in of_kind(docs, "Deployment") if d["metadata"]["namespace"] == ns]
         template = [t for t in of_kind(docs, "SandboxTemplate") if t["metadata"]["namespace"] == ns]
         assert template[0]["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
         pool = [p for p in of_kind(docs, "SandboxWarmPool") if p["metadata"]["namespace"] == ns]
@@ -946,6 +926,72 @@ def test_sandbox_namespaces_are_isolated(render: Render) -> None:
         # v1.0.3: a Service per sandbox, and no NetworkPolicy of agent-sandbox's own
         assert template[0]["spec"]["service"] is True
         assert template[0]["spec"]["networkPolicyManagement"] == "Unmanaged"
+
+
+@needs_helm
+def test_the_router_lives_in_its_own_namespace_and_takes_only_scoped_tokens(
+    render: Render,
+) -> None:
+    docs = render(EVERYTHING)
+    ns = named(docs, "Namespace", "sandbox-router")["metadata"]["labels"]
+    assert "gridloop.io/sandbox" not in ns, "not a sandbox namespace"
+    assert ns["pod-security.kubernetes.io/enforce"] == "restricted"
+    in_router_ns = [d for d in docs if d["metadata"].get("namespace") == "sandbox-router"]
+    assert {(d["kind"], d["metadata"]["name"]) for d in in_router_ns} >= {
+        ("Deployment", "sandbox-router"),
+        ("Service", "sandbox-router-svc"),
+        ("NetworkPolicy", "gridloop-sandbox-router"),
+        ("Deployment", "sandbox-token-issuer"),
+        ("ServiceAccount", "sandbox-token-issuer"),
+    }
+    router = named(docs, "Deployment", "sandbox-router")["spec"]["template"]["spec"]
+    (container,) = router["containers"]
+    assert container["image"] == "registry.k8s.io/agent-sandbox/sandbox-router-go:v1.0.3"
+    assert "--authz-mode=scoped-token" in container["args"]
+    assert "--authz-scoped-token-secret-file=/var/run/gridloop/router-key/key" in container["args"]
+    assert "--max-request-body-bytes=67108864" in container["args"]
+    assert router["automountServiceAccountToken"] is False, "it reads nothing from the API"
+    assert router["volumes"] == [
+        {"name": "key", "secret": {"secretName": "sandbox-router-key", "defaultMode": 0o400}}
+    ]
+    # it may reach the sandboxes' runtime port (in sandbox namespaces) and DNS, nothing else
+    policy = named(docs, "NetworkPolicy", "gridloop-sandbox-router")["spec"]
+    assert policy["egress"][0] == {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"gridloop.io/sandbox": "true"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/component": "sandbox"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 8888}],
+    }
+    assert [p["port"] for p in policy["egress"][1]["ports"]] == [53, 53]
+    assert len(policy["egress"]) == 2
+    # the issuer: claims and their Secrets in each sandbox namespace, the key in its own
+    issuer = named(docs, "Deployment", "sandbox-token-issuer")["spec"]["template"]["spec"]
+    command = issuer["containers"][0]["command"]
+    assert command[:3] == ["gridloop", "sandboxes", "issue-tokens"]
+    assert command[command.index("--sandbox-namespaces") + 1] == "agents,agents-eval"
+    roles = {
+        (r["metadata"]["namespace"], r["metadata"]["name"]): r["rules"]
+        for r in of_kind(docs, "Role")
+        if r["metadata"]["name"] == "sandbox-token-issuer"
+    }
+    assert set(roles) == {
+        ("sandbox-router", "sandbox-token-issuer"),
+        ("agents", "sandbox-token-issuer"),
+        ("agents-eval", "sandbox-token-issuer"),
+    }
+    own = roles[("sandbox-router", "sandbox-token-issuer")]
+    assert {"resources": ["secrets"], "resourceNames": ["sandbox-router-key"], "verbs": ["get"],
+            "apiGroups": [""]} in own  # fmt: skip
+    assert all("list" not in r["verbs"] for r in own), "it lists no Secret of its namespace"
+
+
+@needs_helm
+def test_a_router_namespace_that_is_a_sandbox_namespace_is_refused(render_error) -> None:
+    error = render_error(EVERYTHING, sets=("agentSandbox.router.namespace=agents",))
+    assert 'agentSandbox.router.namespace "agents" is also in agentSandbox.namespaces' in error
 
 
 def _sandbox_egress(render: Render, mode: str) -> list[dict[str, Any]]:

@@ -321,3 +321,68 @@ def test_the_plan_names_each_models_secret_once_by_its_first_key() -> None:
         "s3-keys": "inference.models[0].credentialsSecret"
     }
     assert named_secrets({"inference": {"enabled": False, "models": models}}) == {}
+
+
+# --- sandbox egress: what `internet` would let a sandbox reach ---
+
+DEFAULT_DENIED = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+INTERNET = dataclasses.replace(LOCAL, sandbox_egress="internet", denied_cidrs=DEFAULT_DENIED)
+CLUSTER = dataclasses.replace(
+    HEALTHY,
+    nodes=(Node("n-0", {}, gpus=0, addresses=("10.0.4.7",), pod_cidrs=("10.244.0.0/24",)),),
+    api_server=("10.96.0.1", "10.0.0.2"),
+)
+
+
+def test_egress_none_or_dns_needs_no_denied_range() -> None:
+    for mode, says in (("none", "reach nothing"), ("dns", "cluster DNS only")):
+        planned = dataclasses.replace(INTERNET, sandbox_egress=mode)
+        found = check("sandbox-egress", CLUSTER, planned)
+        assert found.status is Status.PASS and says in found.detail
+    assert check("sandbox-egress", CLUSTER, LOCAL).detail == "the install makes no sandbox namespace"
+
+
+def test_internet_egress_passes_when_the_denied_ranges_cover_the_cluster() -> None:
+    found = check("sandbox-egress", CLUSTER, INTERNET)
+    assert found.status is Status.PASS, found.detail
+
+
+def test_internet_egress_fails_naming_each_cluster_address_left_outside() -> None:
+    """A public API endpoint and nodes on the carrier-grade NAT range (100.64.0.0/10, which
+    RFC 1918 leaves out) are reachable from a sandbox with the default list."""
+    cloud = dataclasses.replace(
+        CLUSTER,
+        nodes=(Node("n-0", {}, gpus=0, addresses=("100.64.3.9",), pod_cidrs=("100.96.0.0/24",)),),
+        api_server=("10.96.0.1", "34.120.1.2"),
+    )
+    found = check("sandbox-egress", cloud, INTERNET)
+    assert found.status is Status.FAIL
+    assert found.items == (
+        "the API server 34.120.1.2",
+        "node n-0 100.64.3.9",
+        "node n-0's pods 100.96.0.0/24",
+    )
+    assert "agentSandbox.network.deniedCIDRs" in found.detail and "deniedCIDRs" in found.fix
+    wider = dataclasses.replace(
+        INTERNET, denied_cidrs=(*DEFAULT_DENIED, "100.64.0.0/10", "34.120.1.2/32")
+    )
+    assert check("sandbox-egress", cloud, wider).status is Status.PASS
+
+
+def test_internet_egress_with_the_api_server_unread_warns_naming_the_refusal() -> None:
+    unread = dataclasses.replace(
+        CLUSTER, api_server=None, refused={"the kubernetes Service": "403 Forbidden"}
+    )
+    found = check("sandbox-egress", unread, INTERNET)
+    assert found.status is Status.WARN and "403 Forbidden" in found.detail
+
+
+def test_the_plan_reads_the_egress_mode_only_when_sandbox_namespaces_are_made() -> None:
+    from gridloop.chart import planning
+
+    on = {"enabled": True, "sandboxes": {"enabled": True}, "namespaces": ["agents"]}
+    assert planning.sandbox_egress({"agentSandbox": on}) == "none"
+    internet = {**on, "network": {"egress": "internet"}}
+    assert planning.sandbox_egress({"agentSandbox": internet}) == "internet"
+    assert planning.sandbox_egress({"agentSandbox": {**internet, "enabled": False}}) == ""
+    assert planning.sandbox_egress({"agentSandbox": {**internet, "namespaces": []}}) == ""

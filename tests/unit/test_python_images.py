@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from gridloop import versions
-from gridloop.local.build.images import python_images
+from gridloop.local.build.images import python_images, table
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,10 +20,11 @@ def values() -> dict:
 def test_the_chart_runs_the_sandbox_images_the_local_build_makes() -> None:
     sandbox = values()["agentSandbox"]
     runtime = python_images.by_name(python_images.RUNTIME)
-    router = python_images.by_name(python_images.ROUTER)
 
     assert sandbox["template"]["image"] == runtime.ref
-    assert sandbox["router"]["image"] == router.ref
+    # the router is agent-sandbox's Go one, built from the module like the controllers
+    assert sandbox["router"]["image"] == table.router_ref()
+    assert table.router() in table.images("3.10")
 
 
 def test_each_image_is_tagged_with_the_version_of_the_module_it_is_built_from() -> None:

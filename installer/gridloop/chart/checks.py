@@ -12,6 +12,7 @@ may not list nodes) is a warn that names what was refused, never a guess.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
 
@@ -41,6 +42,7 @@ def evaluate(observed: Observed, planned: Planned) -> list[Check]:
         gpu_nodes(observed),
         gpu_labels(observed, planned),
         runtime_classes(observed, planned),
+        sandbox_egress(observed, planned),
     ]
     checks += [clashes.component(c, observed, planned) for c in clashes.COMPONENTS]
     checks += [
@@ -241,6 +243,63 @@ def runtime_classes(observed: Observed, planned: Planned) -> Check:
             "install gVisor (runsc) or Kata on the sandbox nodes, or turn sandboxes off",
         )
     return Check(name, Status.PASS, f"handlers {', '.join(wanted)} found on the nodes")
+
+
+def _covered(address: str, denied: Sequence[str]) -> bool:
+    """Whether an address or range lies wholly inside one of the denied ranges."""
+    try:
+        net = ipaddress.ip_network(address, strict=False)
+    except ValueError:
+        return False
+    for cidr in denied:
+        try:
+            deny = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            continue
+        if net.version == deny.version and net.subnet_of(deny):  # type: ignore[arg-type]
+            return True
+    return False
+
+
+def sandbox_egress(observed: Observed, planned: Planned) -> Check:
+    """With `egress: internet` a sandbox reaches every address outside deniedCIDRs: the
+    API server, the nodes (kubelets) and the pod ranges must all be inside them. The
+    cluster's own addresses are read, not assumed (a public API endpoint, nodes on
+    100.64/10 are missed by the RFC 1918 default)."""
+    name = "sandbox-egress"
+    if not planned.sandbox_egress:
+        return Check(name, Status.PASS, "the install makes no sandbox namespace")
+    if planned.sandbox_egress != "internet":
+        return Check(
+            name,
+            Status.PASS,
+            f"agentSandbox.network.egress {planned.sandbox_egress}: sandboxes reach "
+            + ("cluster DNS only" if planned.sandbox_egress == "dns" else "nothing"),
+        )
+    if observed.nodes is None:
+        return unread(name, "nodes", observed)
+    if observed.api_server is None:
+        return unread(name, "the kubernetes Service", observed)
+    wanted = [(f"the API server {a}", a) for a in observed.api_server]
+    for node in observed.nodes:
+        wanted += [(f"node {node.name} {a}", a) for a in node.addresses]
+        wanted += [(f"node {node.name}'s pods {c}", c) for c in node.pod_cidrs]
+    open_to = [what for what, address in wanted if not _covered(address, planned.denied_cidrs)]
+    if open_to:
+        return Check(
+            name,
+            Status.FAIL,
+            f"agentSandbox.network.egress internet: sandboxes can reach {few(open_to)} "
+            "(outside agentSandbox.network.deniedCIDRs)",
+            "add those ranges to agentSandbox.network.deniedCIDRs, or set egress to none or dns",
+            items=tuple(open_to),
+        )
+    return Check(
+        name,
+        Status.PASS,
+        f"agentSandbox.network.deniedCIDRs covers the API server, {len(observed.nodes)} "
+        "nodes and their pod ranges",
+    )
 
 
 def prometheus_operator(observed: Observed, planned: Planned) -> Check:

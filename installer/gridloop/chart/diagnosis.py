@@ -45,6 +45,8 @@ class Node:
     labels: Mapping[str, str]
     gpus: int  # allocatable nvidia.com/gpu
     runtime_handlers: tuple[str, ...] | None = None  # status.runtimeHandlers, if reported
+    addresses: tuple[str, ...] = ()  # status.addresses: InternalIP, ExternalIP
+    pod_cidrs: tuple[str, ...] = ()  # spec.podCIDRs
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class Observed:
     kubectl_problem: str = ""
     # of Planned.secrets, those that exist (None: not read, see refused["secrets"])
     secrets_found: frozenset[str] | None = None
+    # the API server's own addresses (the kubernetes Service's ClusterIP and its endpoints)
+    api_server: tuple[str, ...] | None = None
 
 
 # --- what is planned ---
@@ -137,6 +141,10 @@ class Planned:
     tested_kubernetes: str = "v1.35.4"
     # Secrets the values name, in the release namespace: name -> the values key naming it
     secrets: Mapping[str, str] = field(default_factory=dict)
+    # agentSandbox.network.egress ("" when the chart makes no sandbox namespace) and the
+    # ranges a sandbox may never reach with `internet`
+    sandbox_egress: str = ""
+    denied_cidrs: tuple[str, ...] = ()
 
 
 def few(items: Sequence[str]) -> str:

@@ -96,6 +96,7 @@ def observe(
         namespace_phase=_namespace_phase(api, planned.namespace, refused),
         refused=refused,
         secrets_found=secrets_found,
+        api_server=_api_server(api, refused) if planned.sandbox_egress == "internet" else (),
     )
 
 
@@ -205,12 +206,39 @@ def _node(node: Doc) -> diagnosis.Node:
     except ValueError:
         gpus = 0
     handlers = status.get("runtimeHandlers")
+    addresses = tuple(
+        str(a.get("address"))
+        for a in status.get("addresses") or []
+        if a.get("type") in ("InternalIP", "ExternalIP") and a.get("address")
+    )
     return diagnosis.Node(
         name=node["metadata"]["name"],
         labels=node["metadata"].get("labels") or {},
         gpus=gpus,
         runtime_handlers=None if handlers is None else tuple(h.get("name", "") for h in handlers),
+        addresses=addresses,
+        pod_cidrs=tuple(str(c) for c in (node.get("spec") or {}).get("podCIDRs") or ()),
     )
+
+
+def _api_server(api: client.ApiClient, refused: dict[str, str]) -> tuple[str, ...] | None:
+    """The API server's addresses as pods reach it: the kubernetes Service's ClusterIP and
+    the endpoints behind it (None: not readable, `refused` says why)."""
+    try:
+        service = get(api, "/api/v1/namespaces/default/services/kubernetes")
+        slices = get(
+            api,
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+            {"labelSelector": "kubernetes.io/service-name=kubernetes"},
+        )
+    except ApiException as err:
+        refused["the kubernetes Service"] = status_of(err)
+        return None
+    found = [str(ip) for ip in (service.get("spec") or {}).get("clusterIPs") or ()]
+    for item in slices.get("items") or []:
+        for endpoint in item.get("endpoints") or []:
+            found += [str(a) for a in endpoint.get("addresses") or ()]
+    return tuple(dict.fromkeys(found))
 
 
 def _workload(deployment: Doc) -> diagnosis.Workload:

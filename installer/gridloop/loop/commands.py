@@ -68,6 +68,7 @@ def register(sub: Any) -> None:
         ("queue", "the team's LocalQueue"),
         ("sandbox-namespace", "the sandboxes' namespace"),
         ("warm-pool", "the SandboxWarmPool the agent claims sandboxes from"),
+        ("router-namespace", "the sandbox router's namespace (agentSandbox.router.namespace)"),
         ("bucket", "the loop's bucket"),
         ("cluster-endpoint", "the object store's URL from pods"),
     ):

@@ -55,6 +55,7 @@ from gridloop.loop.trajectories import (
     evaluate_prefix,
     pass_rate,
 )
+from gridloop.sandboxes.claiming import ClaimedSandbox
 
 ROUTER_SERVICE = "sandbox-router-svc"
 ROUTER_PORT = 8080
@@ -88,41 +89,6 @@ class OneClaimAtATime(AbstractContextManager[Any]):
         return self.client.__exit__(*exc)
 
 
-class ClaimedSandbox(AbstractContextManager[Any]):
-    """One sandbox claimed from a warm pool with agent-sandbox's 1.x client, through the
-    router at `url`, in the shape the agent uses (`run`, `write`, `claim_name`); its claim
-    is deleted on leaving."""
-
-    def __init__(self, url: str, pool: str, namespace: str, ready_s: int) -> None:
-        self.url, self.pool, self.namespace, self.ready_s = url, pool, namespace, ready_s
-        self.client: Any = None
-        self.sandbox: Any = None
-        self.claim_name = ""
-
-    def __enter__(self) -> ClaimedSandbox:
-        from k8s_agent_sandbox.models import SandboxDirectConnectionConfig
-        from k8s_agent_sandbox.sandbox_client import SandboxClient
-
-        self.client = SandboxClient(SandboxDirectConnectionConfig(api_url=self.url))
-        self.sandbox = self.client.create_sandbox(
-            self.pool, namespace=self.namespace, sandbox_ready_timeout=self.ready_s
-        )
-        self.claim_name = self.sandbox.claim_name
-        return self
-
-    def run(self, command: str, timeout: int = 60) -> Any:
-        return self.sandbox.commands.run(command, timeout=timeout)
-
-    def write(self, path: str, content: bytes | str, timeout: int = 60) -> Any:
-        return self.sandbox.files.write(path, content, timeout=timeout)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.sandbox is not None:
-            self.sandbox.terminate()
-        if self.client is not None:
-            self.client.__exit__(*exc)
-
-
 @dataclass(frozen=True)
 class Settings:
     run: str = "demo"
@@ -144,6 +110,7 @@ class Settings:
     queue: str = "default"
     sandbox_namespace: str = "agents"
     warm_pool: str = "default"  # the chart names a namespace's pool after its template
+    router_namespace: str = "sandbox-router"  # the chart's agentSandbox.router.namespace
     bucket: str = "loop"
     endpoint: str | None = None  # the object store from here (default: AWS_ENDPOINT_URL)
     cluster_endpoint: str = "http://object-store.object-store.svc.cluster.local:9000"
@@ -226,13 +193,15 @@ class Cluster:
         # the client logs every request at INFO on the root logger
         logging.getLogger().setLevel(logging.WARNING)
         s = self.settings
-        url = self.service_url(s.sandbox_namespace, ROUTER_SERVICE, ROUTER_PORT)
+        url = self.service_url(s.router_namespace, ROUTER_SERVICE, ROUTER_PORT)
 
         def claim() -> AbstractContextManager[Sandbox]:
             # 60 s: a claim is served in seconds here, warm or cold; one that is not by
             # then waits on a sandbox that will not come, so the agent gives it up and
             # claims again
-            return OneClaimAtATime(ClaimedSandbox(url, s.warm_pool, s.sandbox_namespace, 60))
+            return OneClaimAtATime(
+                ClaimedSandbox(url, s.warm_pool, s.sandbox_namespace, 60, self.core)
+            )
 
         return claim
 

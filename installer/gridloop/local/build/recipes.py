@@ -369,16 +369,19 @@ RECIPES: tuple[Recipe, ...] = (
         ldflags=lambda comp: [f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={comp.version}"],
         patches=KUEUE_PATCHES,
     ),
-    # agent-sandbox's controller, run by `gridloop local up` beside the control plane
-    # (sandbox_installing.py), where kwok runs no container: the warm pool the chart
-    # renders is filled by the real controller. Upstream's Dockerfile sets no version
-    # variable (only -s -w).
+    # agent-sandbox's controller and its Go sandbox router (sandbox-router/cmd, a package of
+    # the same module), for their images on the container nodes (images/table.py).
+    # Upstream's controller Dockerfile sets no version variable (only -s -w); its router's
+    # sets internal/version.gitVersion, which both then report.
     Recipe(
         component="agent-sandbox",
         binaries={
-            "agent-sandbox-controller": "sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller"
+            "agent-sandbox-controller": "sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller",
+            "sandbox-router": "sigs.k8s.io/agent-sandbox/sandbox-router/cmd",
         },
-        ldflags=lambda comp: [],
+        ldflags=lambda comp: [
+            f"-X sigs.k8s.io/agent-sandbox/internal/version.gitVersion={comp.version}"
+        ],
     ),
     # KubeRay's operator, for its image on the container nodes (images/table.py). Upstream's
     # Dockerfile builds it with cgo and the strictfipsruntime tag on a distroless base;

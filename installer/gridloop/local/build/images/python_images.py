@@ -1,4 +1,4 @@
-"""Upstream Python programs made into images: agent-sandbox's sandbox runtime and router.
+"""Upstream Python programs made into images: agent-sandbox's sandbox runtime.
 
 Each row names an upstream folder inside a pinned Go module (read from the module proxy
 with its go.sum hash checked, bundle/modules.py), the files of it the image needs, and
@@ -30,7 +30,6 @@ from gridloop.bundle import modules
 from gridloop.local.build.images import buildah, gridloop_image
 
 RUNTIME = "sandbox-runtime"
-ROUTER = "sandbox-router"
 
 
 @dataclass(frozen=True)
@@ -60,14 +59,6 @@ IMAGES = (
         folder="examples/python-runtime-sandbox",
         files=("main.py",),
         lock=True,
-    ),
-    PythonImage(
-        name=ROUTER,
-        repository="ghcr.io/gridloop/sandbox-router",
-        component="agent-sandbox",
-        folder="clients/python/agentic-sandbox-client/sandbox-router",
-        files=("sandbox_router.py",),
-        own_files=("gridloop_router.py",),
     ),
 )
 

@@ -146,6 +146,30 @@ def _controller(component: str, files: dict[str, str], entry: str, source: str) 
     )
 
 
+# agent-sandbox's Go router, named as upstream's release names it (its README: the image
+# is `sandbox-router-go`, apart from the retired Python router's `sandbox-router`)
+ROUTER_REPOSITORY = "registry.k8s.io/agent-sandbox/sandbox-router-go"
+ROUTER_BINARY = "sandbox-router"
+
+
+def router_ref() -> str:
+    return f"{ROUTER_REPOSITORY}:{versions.get('agent-sandbox').version}"
+
+
+def router() -> Image:
+    """The router as upstream's sandbox-router/Dockerfile lays it out: /sandbox-router,
+    distroless' nonroot user."""
+    return Image(
+        ref=router_ref(),
+        files={"/sandbox-router": ROUTER_BINARY},
+        entrypoint=("/sandbox-router",),
+        user=NONROOT,
+        texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
+        scratch_dirs=("/tmp",),
+        why="agent-sandbox's Go sandbox router, built from its Go module (recipes.py)",
+    )
+
+
 def on_request() -> tuple[Image, ...]:
     """Controller images built only once their binary is (`gridloop local build kaito
     --mirror DIR`: its source is a release archive no registry serves), then pushed by
@@ -176,4 +200,5 @@ def images(pause_version: str) -> tuple[Image, ...]:
             why="a shell for the local cluster's test pods (Debian's busybox-static)",
         ),
         *controllers(),
+        router(),
     )

@@ -1,0 +1,1 @@
+"""Who may drive a sandbox: the router's scoped tokens, minted per claim (docs/security.md)."""
