@@ -27,6 +27,13 @@ def test_the_chart_runs_the_sandbox_images_the_local_build_makes() -> None:
     assert table.router() in table.images("3.10")
 
 
+def test_every_row_of_the_image_table_is_made_of_binaries_the_build_makes() -> None:
+    from gridloop.local.build.images import pushing
+
+    for image in table.images("3.10"):
+        assert set(image.files.values()) <= set(pushing.BINARIES), image.ref
+
+
 def test_each_image_is_tagged_with_the_version_of_the_module_it_is_built_from() -> None:
     for image in python_images.IMAGES:
         assert image.ref.endswith(":" + versions.get(image.component).version)

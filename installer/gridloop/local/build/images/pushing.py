@@ -18,6 +18,7 @@ BINARIES = (
     "pause",
     "busybox",
     *(binary for _component, binary, _path in table.CONTROLLERS),
+    table.ROUTER_BINARY,
 )
 
 
