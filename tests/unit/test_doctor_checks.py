@@ -339,7 +339,8 @@ def test_egress_none_or_dns_needs_no_denied_range() -> None:
         planned = dataclasses.replace(INTERNET, sandbox_egress=mode)
         found = check("sandbox-egress", CLUSTER, planned)
         assert found.status is Status.PASS and says in found.detail
-    assert check("sandbox-egress", CLUSTER, LOCAL).detail == "the install makes no sandbox namespace"
+    no_sandboxes = check("sandbox-egress", CLUSTER, LOCAL)
+    assert no_sandboxes.detail == "the install makes no sandbox namespace"
 
 
 def test_internet_egress_passes_when_the_denied_ranges_cover_the_cluster() -> None:
