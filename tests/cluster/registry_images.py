@@ -26,3 +26,36 @@ def forget(port: int, ref: str) -> None:
 
 def holds(port: int, ref: str) -> bool:
     return registry.has(port, *registry.ref_parts(ref))
+
+
+def alias(port: int, ref: str, new_ref: str) -> None:
+    """Make `new_ref` name the image `ref` names, in the registry on `port`: its blobs
+    mounted across repositories (nothing copied), its manifest put under the new name."""
+    import json
+
+    host, repository, tag = registry.ref_parts(ref)
+    new_host, new_repository, new_tag = registry.ref_parts(new_ref)
+    base = f"http://{LOOPBACK}:{port}/v2"
+    source, target = f"{host}/{repository}", f"{new_host}/{new_repository}"
+    get = urllib.request.Request(
+        f"{base}/{source}/manifests/{tag}", headers={"Accept": registry.MANIFEST_TYPES}
+    )
+    with urllib.request.urlopen(get, timeout=10) as resp:
+        body, media_type = resp.read(), resp.headers["Content-Type"]
+    manifest = json.loads(body)
+    assert "layers" in manifest, f"{ref} is not a single image manifest: {media_type}"
+    for blob in [manifest["config"], *manifest["layers"]]:
+        mount = urllib.request.Request(
+            f"{base}/{target}/blobs/uploads/?mount={blob['digest']}&from={source}",
+            method="POST",
+        )
+        with urllib.request.urlopen(mount, timeout=10) as resp:
+            assert resp.status == 201, f"{blob['digest']} not mounted into {target}"
+    put = urllib.request.Request(
+        f"{base}/{target}/manifests/{new_tag}",
+        data=body,
+        method="PUT",
+        headers={"Content-Type": media_type},
+    )
+    urllib.request.urlopen(put, timeout=10).close()
+    assert holds(port, new_ref)
