@@ -5,6 +5,8 @@ server-side dry runs, as a tenant would try it with kubectl.
 makes a namespace the policy covers (`covered`) and one it does not (`plain`), both with
 Pod Security `privileged` (so Pod Security, which runs first, refuses nothing), and
 waits until the policy refuses `probe`: the API server loads a new policy a moment later.
+`Admission.removed` takes its bindings away for a while, to show what the policy itself
+refuses: the same requests admitted in the same namespace without it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from gridloop.local.build import building
 
@@ -33,6 +36,34 @@ class Admission:
     covered: str  # a namespace the policy's bindings select
     plain: str  # a namespace they do not
     kubeconfig: Path
+    api: client.ApiClient
+    bindings: tuple[dict[str, Any], ...]  # as rendered
+    probe: dict[str, Any]  # a request the policy refuses in `covered`
+
+    def in_force(self) -> None:
+        """Wait until the policy refuses the probe again."""
+        deadline = time.monotonic() + 30
+        while self.create(self.covered, self.probe).returncode == 0:
+            assert time.monotonic() < deadline, f"{self.policy} was not in force within 30 s"
+            time.sleep(0.2)
+
+    @contextmanager
+    def removed(self) -> Iterator[None]:
+        """The policy's bindings deleted (the policy binds nothing), until the block ends,
+        then made again and waited for: inside, the probe is admitted in `covered`."""
+        registration = client.AdmissionregistrationV1Api(self.api)
+        for binding in self.bindings:
+            registration.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+        try:
+            deadline = time.monotonic() + 30
+            while (done := self.create(self.covered, self.probe)).returncode != 0:
+                assert time.monotonic() < deadline, f"still refused: {done.stderr}"
+                time.sleep(0.2)
+            yield
+        finally:
+            for binding in self.bindings:
+                registration.create_validating_admission_policy_binding(binding)
+            self.in_force()
 
     def create(self, namespace: str, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         """`kubectl create --dry-run=server` of `obj` in `namespace`, as a tenant runs it."""
@@ -81,16 +112,25 @@ def policy_in_force(
     registration.create_validating_admission_policy(policy)
     for binding in bindings:
         registration.create_validating_admission_policy_binding(binding)
-    ready = Admission(policy["metadata"]["name"], covered, plain, local_cluster.kubeconfig)
+    ready = Admission(
+        policy["metadata"]["name"],
+        covered,
+        plain,
+        local_cluster.kubeconfig,
+        local_cluster.api,
+        tuple(bindings),
+        probe,
+    )
     try:
-        deadline = time.monotonic() + 30
-        while ready.create(covered, probe).returncode == 0:
-            assert time.monotonic() < deadline, f"{ready.policy} was not in force within 30 s"
-            time.sleep(0.2)
+        ready.in_force()
         yield ready
     finally:
         for binding in bindings:
-            registration.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+            try:
+                registration.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+            except ApiException as err:
+                if err.status != 404:  # a `removed` block cut short
+                    raise
         registration.delete_validating_admission_policy(policy["metadata"]["name"])
         for name in (covered, plain):
             core.delete_namespace(name, propagation_policy="Background")

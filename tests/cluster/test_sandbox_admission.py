@@ -8,7 +8,8 @@ The chart's own policy, as `helm template` renders it, is applied to the real AP
 Every request is a `kubectl create --dry-run=server` in a sandbox-labelled namespace whose
 Pod Security level is `privileged`, so Pod Security (which runs first, and at `baseline`
 refuses privileged pods and host namespaces on its own) cannot be what refuses; each
-refusal names the policy, and the same pod is admitted in a namespace of no sandbox.
+refusal names the policy, and the same pod is admitted in a namespace of no sandbox, and
+in the same namespace once the policy's binding is deleted (the last test).
 """
 
 from __future__ import annotations
@@ -168,3 +169,18 @@ def test_an_exec_hook_or_probe_runs_under_gvisor_and_is_admitted(
     command: nothing to refuse."""
     field = {"exec-hook": {"lifecycle": {"postStart": EXEC}}, "exec-probe": {"livenessProbe": EXEC}}
     admission.admitted(_with_container(_pod(), **field[probe]))
+
+
+def test_with_the_policy_removed_every_refused_pod_is_admitted_in_the_same_namespace(
+    admission: Admission, router_pod: dict[str, Any]
+) -> None:
+    """The control: Pod Security (privileged here), the RuntimeClass and the namespace
+    admit every pod the tests above saw refused; the policy is what refuses them."""
+    pods = {name: make() for name, (make, _) in ESCAPES.items()}
+    for name, change in ROUTER_PODS.items():
+        pod = copy.deepcopy(router_pod)
+        change(pod["spec"]["containers"][0], pod["spec"])
+        pods[f"router {name}"] = pod
+    with admission.removed():
+        results = {name: admission.create(admission.covered, pod) for name, pod in pods.items()}
+    assert {name: r.stderr for name, r in results.items() if r.returncode != 0} == {}
