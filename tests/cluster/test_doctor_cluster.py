@@ -21,7 +21,7 @@ from kubernetes import client
 
 from gridloop import versions
 from gridloop.bundle import bundling
-from gridloop.chart import objects, rendering
+from gridloop.chart import network_probe, objects, rendering
 
 pytestmark = pytest.mark.cluster
 
@@ -227,3 +227,22 @@ def test_a_helm_or_kubectl_gridloop_cannot_use_is_one_line_and_changes_nothing(
         assert "✗ kubectl" in said
     assert f"{flag} {path}" in said and line in said, said
     _nothing_applied(result, local_cluster, "bad-tool")
+
+
+def test_probe_network_shows_the_cluster_enforces_networkpolicy_and_leaves_nothing(
+    setup: Setup, local_cluster, eventually
+) -> None:
+    """A real probe pair on the container node, judged by kube-network-policies; the
+    network_probe unit tests pin the verdicts on a cluster that does not enforce."""
+    result = setup.gridloop("doctor", "--release", "doctor-ok", "--probe-network", "-o", "json")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    probe = _checks(result)["network-policy"]
+    assert probe["status"] == "pass", probe
+    assert probe["detail"].startswith("enforced: a probe pod reached a pod no policy selects")
+    selector = f"{network_probe.LABEL}=true"
+
+    def gone() -> bool:
+        return not local_cluster.core.list_namespace(label_selector=selector).items
+
+    eventually(gone, "the probe's namespace deleted", 60)

@@ -18,6 +18,7 @@ from gridloop.chart import (
     doctoring,
     exits,
     local_fleet,
+    network_probing,
     planning,
     preparing,
 )
@@ -41,10 +42,16 @@ def register(sub: Sub) -> None:
         "for every object the install writes, GPU nodes and their labels, RuntimeClass "
         "handlers, an existing Kueue/KubeRay/KAITO/GPU Operator, Prometheus Operator CRDs, "
         "names already taken, the release and its namespace. Each check passes, warns or "
-        "fails with a one-line fix. Changes nothing.",
+        "fails with a one-line fix. Changes nothing, unless --probe-network.",
     )
     preparing.chart_flags(p)
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--probe-network",
+        action="store_true",
+        help="also show that the cluster enforces NetworkPolicy: a pod pair and a deny-all "
+        "policy in a namespace of their own (gridloop-network-probe-*), deleted afterwards",
+    )
     p.set_defaults(func=cmd_doctor)
 
 
@@ -72,6 +79,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     prepared = preparing.prepare(req)
     api = connecting.api_client(where)
     found = diagnose(prepared, api, where.kubeconfig)
+    if args.probe_network:
+        found.append(network_probing.probe(api, prepared.docs))
     if args.output == "json":
         report = {
             "server": kube.server(api),
