@@ -37,7 +37,7 @@ from gridloop.local.build.images import gridloop_image, pushing, registry
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_PORT = 28500  # below the ephemeral port range (32768+)
-CONTAINER_PROCESSES = ("registry", "containerd/", "kubelet/", "kube-proxy", "coredns")
+CONTAINER_PROCESSES = ("registry", "containerd/", "kubelet/", "kube-proxy")
 
 
 def _fleets(workdir: Path) -> tuple[Path, Path]:

@@ -119,7 +119,6 @@ def test_status_shows_every_process_running_and_the_nodes_ready(local_cluster, g
         "containerd/system-000",
         "kubelet/system-000",
         "kube-proxy",
-        "coredns",
         "kube-network-policies",
         "dcgm-sim",
         "prometheus",

@@ -22,6 +22,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -510,6 +511,26 @@ def test_a_claims_token_goes_with_the_claim(local_cluster, client_env, sandboxes
         raise AssertionError(f"{NS}/{name} still there 60 s after its claim went")
 
 
+def test_claims_made_at_once_each_get_a_sandbox_of_their_own(client_env, sandboxes) -> None:
+    """agent-sandbox v0.2.1 could give one warm pod to two claims made together, so the
+    loop made its claims one at a time; v1.0.3 adopts whole Sandboxes of the pool, and the
+    loop no longer waits. Four claims at once, twice (the pool's one warm sandbox among
+    them, the rest started cold): each drives a sandbox no other claim has."""
+
+    def one(n: int) -> tuple[str, str]:
+        with sandboxes() as sandbox:
+            sandbox.files.write("mine.txt", f"claim {n}")
+            host = sandbox.commands.run("hostname").stdout.strip()
+            time.sleep(1)  # the four are held at once
+            return host, sandbox.files.read("mine.txt").decode()
+
+    for _round in range(2):
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            got = list(pool.map(one, range(4)))
+        assert len({host for host, _ in got}) == 4, got
+        assert [mine for _, mine in got] == [f"claim {n}" for n in range(4)], got
+
+
 def test_the_router_is_no_proxy_to_the_internet(
     local_cluster, client_env, control, outside, sandboxes
 ) -> None:
@@ -559,9 +580,8 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
 ) -> None:
     """The installed default is `none`; the chart's policy for `internet`, then `dns`,
     applied in its place: only `internet` lets a sandbox reach the address that stands in
-    for the internet, and none of them the API server. (DNS answers here in every mode:
-    the local cluster's kube-network-policies accepts port 53 to the host before it
-    judges, so `none` refusing DNS is shown by the rendered policy, not enforced here.)"""
+    for the internet, `dns` and `internet` let it ask the cluster DNS (a pod, which the
+    chart's DNS rule selects), `none` nothing; none of them the API server."""
     network = client.NetworkingV1Api(local_cluster.api)
     (name,) = [
         p.metadata.name
@@ -571,11 +591,15 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
     installed = network.read_namespaced_network_policy(name, NS)
     assert installed.spec.egress in (None, []), "agentSandbox.network.egress: none"
     api_server = probe_command(control["node_ip"], control["apiserver_port"])
+    dns_server = local_cluster.core.read_namespaced_service("kube-dns", "kube-system")
+    dns = dns_command(dns_server.spec.cluster_ip)
+    api_ip = local_cluster.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
 
-    def reach(sandbox: Any) -> tuple[str, str]:
+    def reach(sandbox: Any) -> tuple[str, str, str]:
         outside_at = sandbox.commands.run(probe_command(OUTSIDE, OUTSIDE_PORT), timeout=30)
         api_at = sandbox.commands.run(api_server, timeout=30)
-        return outside_at.stdout.strip(), api_at.stdout.strip()
+        named = sandbox.commands.run(dns, timeout=30)
+        return outside_at.stdout.strip(), api_at.stdout.strip(), named.stdout.strip()
 
     def apply(mode: str) -> None:
         policy = rendered_egress(platform, mode)
@@ -585,37 +609,40 @@ def test_egress_is_what_the_value_says_none_dns_or_internet(
 
     with sandboxes() as sandbox:
         try:
-            assert reach(sandbox) == ("dropped", "dropped"), "none"
+            assert reach(sandbox) == ("dropped", "dropped", "dropped"), "none"
             apply("internet")
-            eventually(lambda: reach(sandbox) == ("connected", "dropped"), "internet", 30)
+            internet = ("connected", "dropped", api_ip)
+            eventually(lambda: reach(sandbox) == internet, "internet", 30)
             apply("dns")
-            eventually(lambda: reach(sandbox) == ("dropped", "dropped"), "dns", 30)
+            eventually(lambda: reach(sandbox) == ("dropped", "dropped", api_ip), "dns", 30)
         finally:
             apply("none")
 
 
-# A lookup that a blocked DNS would never answer, tried a few times: one CI run (stop 55,
-# 12c819a) saw the first lookup in a fresh sandbox fail with EAI_AGAIN under the suite's
-# load, the resolver's own retries spent; what this pins is that a gVisor sandbox resolves
-# cluster names through the local cluster's DNS (the host's CoreDNS, whose port 53 the
-# local kube-network-policies accepts before judging: it answers in every egress mode, so
-# this is not the chart's DNS rule at work), which a later answer shows as well as a first
-LOOKUP = """
-import socket, sys, time
-for attempt in range(5):
-    try:
-        print(socket.gethostbyname("kubernetes.default.svc.cluster.local"))
-        break
-    except socket.gaierror as err:
-        print(f"attempt {attempt + 1}: {err}", file=sys.stderr)
-        time.sleep(2)
+# One DNS question for the API server's Service name, asked of the cluster DNS Service
+# by address over UDP, with a deadline: what a blocked DNS gives (`dropped`) is told apart
+# from an answer (the address in it) in 3 s, not after the resolver's retries and search
+# domains. On the local cluster CoreDNS is a pod in kube-system (`k8s-app: kube-dns`), so
+# an answer here is the chart's DNS rule at work, as on a real cluster.
+DNS_QUESTION = """
+import socket, struct
+name = "kubernetes.default.svc.cluster.local"
+question = struct.pack(">HHHHHH", 0x6c6f, 0x0100, 1, 0, 0, 0)
+question += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0"
+question += struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.sendto(question, ("{server}", 53))
+try:
+    answer = s.recv(512)
+    print(socket.inet_ntoa(answer[-4:]) if answer[7] else "no answer")
+except socket.timeout:
+    print("dropped")
 """
 
 
-def test_dns_still_resolves_in_a_sandbox(client_env, sandboxes) -> None:
-    with sandboxes() as sandbox:
-        answer = sandbox.commands.run(f"python3 -c {shlex.quote(LOOKUP)}")
-    assert answer.stdout.strip() == "10.96.0.1", answer.stderr
+def dns_command(server: str) -> str:
+    return f"python3 -c {shlex.quote(DNS_QUESTION.format(server=server))}"
 
 
 # --- admission, on pods that would really run (the container node, its taint) ---

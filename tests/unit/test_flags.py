@@ -153,8 +153,6 @@ def test_by_process_names_every_control_plane_process() -> None:
         "kubelet/system-002 (healthz)",
         "kube-proxy",
         "kube-proxy (metrics)",
-        "coredns",
-        "coredns (ready)",
         "kube-network-policies",
         "object-store",
     }

@@ -170,7 +170,7 @@ def test_go_builds_collect_less_often_within_a_memory_limit_unless_the_user_chos
 
 
 def test_coredns_is_built_with_every_plugin_the_local_corefile_uses_and_no_other() -> None:
-    corefile = addons.corefile("10.200.0.1", Path("/state/kubeconfig"), 1, 2)
+    corefile = addons.corefile()
     server = corefile.split("{", 1)[1]
     used = {
         line.split()[0]

@@ -49,8 +49,6 @@ CLIENTS = {
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ["system:masters"]),
     # the container nodes' kube-proxy, bound to system:node-proxier by the bootstrap RBAC
     "kube-proxy": ("system:kube-proxy", []),
-    # CoreDNS, read-only (container/addons.py's ClusterRole)
-    "coredns": ("system:coredns", []),
     # NetworkPolicy enforcement, read-only (container/network_policy.py's ClusterRole)
     "kube-network-policies": ("system:kube-network-policies", []),
 }

@@ -57,10 +57,11 @@ GPU_HEALTH = ("dcgm-sim", "prometheus", "gridloop-health")
 REGISTRY = launching.REGISTRY
 # with container nodes: the object store model weights stream from, beside the registry
 OBJECT_STORE = launching.OBJECT_STORE
-# with container nodes, after them: Services (kube-proxy), cluster DNS (CoreDNS) and
-# NetworkPolicy enforcement (kube-network-policies)
-SERVICES = ("kube-proxy", "coredns", "kube-network-policies")
+# with container nodes, after them: Services (kube-proxy) and NetworkPolicy enforcement
+# (kube-network-policies); the cluster DNS is a pod (container/addons.py)
+SERVICES = ("kube-proxy", "kube-network-policies")
 START_TIMEOUT = 60.0
+DNS_TIMEOUT = 120.0  # seconds; its pod's image is in the local registry
 FIRST_SCRAPE_TIMEOUT = 30.0  # seconds; the scrape interval is 5 s
 
 
@@ -269,7 +270,9 @@ def _start_container_nodes(
     if untainted := container.drop_old_taint(api, names):
         say(f"container nodes: an older gridloop's taint removed from {', '.join(untainted)}")
     first = container.nodes(fleet, state.dir)[0].planned
-    objects = addons.dns_objects(ports.SERVICE_CIDR, first.node_ip)
+    from gridloop.local.build.images import table
+
+    objects = addons.dns_objects(ports.SERVICE_CIDR, table.coredns_ref())
     objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)
     objects += network_policy.rbac_objects()
     objects += object_store.cluster_objects(
@@ -283,6 +286,34 @@ def _start_container_nodes(
         "the cluster DNS, Prometheus' Service and kube-network-policies' RBAC",
     )
     _start_all(state, binaries, say, SERVICES)
+    _wait_dns(api, say)
+
+
+def _wait_dns(api: client.ApiClient, say: Say) -> None:
+    """Return once the cluster DNS pod is ready (it needs kube-proxy for the API server's
+    Service): a pod started right after `up` resolves names at once."""
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < DNS_TIMEOUT:
+        found = apps.read_namespaced_deployment_status(addons.DNS_NAME, addons.DNS_NAMESPACE)
+        if (found.status.ready_replicas or 0) >= 1:
+            say(f"cluster DNS: CoreDNS ready in {time.monotonic() - t0:.1f}s")
+            return
+        time.sleep(0.25)
+    selector = ",".join(f"{k}={v}" for k, v in addons.DNS_POD_LABELS.items())
+    pods = core.list_namespaced_pod(addons.DNS_NAMESPACE, label_selector=selector).items
+    states = [
+        f"{p.metadata.name} {p.status.phase}"
+        + "".join(
+            f" ({s.state.waiting.reason})"
+            for s in p.status.container_statuses or []
+            if s.state and s.state.waiting
+        )
+        for p in pods
+    ]
+    raise ClusterError(
+        f"cluster DNS: CoreDNS not ready after {DNS_TIMEOUT:.0f}s: {', '.join(states) or 'no pod'}"
+    )
 
 
 def _converge_kueue(

@@ -2,7 +2,7 @@
 check (the table `cluster.py` starts processes from).
 
 Command lines are built by flags.py (the control plane, Kueue, the health service) and
-container/addons.py (kube-proxy, CoreDNS); this module picks the one for a process name
+container/addons.py (kube-proxy); this module picks the one for a process name
 and the files it reads from the cluster's state directory. It starts nothing.
 """
 
@@ -100,18 +100,6 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
                 )
             )
             return addons.kube_proxy_argv(binaries[name], config)
-        case "coredns":
-            _fleet, first = _first_node(state)
-            config = state.dir / "Corefile"
-            config.write_text(
-                addons.corefile(
-                    first.planned.node_ip,
-                    pki / "coredns.kubeconfig",
-                    ports.coredns,
-                    ports.coredns_ready,
-                )
-            )
-            return addons.coredns_argv(binaries[name], config)
         case network_policy.BINARY:
             fleet, first = _first_node(state)
             return network_policy.argv(binaries[name], first.name, ports.netpol_metrics)
@@ -131,7 +119,7 @@ def argv(name: str, state: State, binaries: dict[str, Path]) -> list[str]:
 
 
 def _first_node(state: State) -> tuple[Fleet, container.ContainerNode]:
-    """The fleet the cluster runs and its first container node (kube-proxy's, CoreDNS's)."""
+    """The fleet the cluster runs and its first container node (kube-proxy's)."""
     fleet = load_fleet(state.dir / "fleet.yaml")
     return fleet, container.nodes(fleet, state.dir)[0]
 
@@ -167,7 +155,6 @@ def health_url(name: str, ports: Ports) -> str:
         REGISTRY: registry.health_url(ports.registry),
         OBJECT_STORE: object_store.health_url(ports.object_store),
         "kube-proxy": f"http://{LOOPBACK}:{ports.kube_proxy}/healthz",
-        "coredns": f"http://{LOOPBACK}:{ports.coredns_ready}/ready",
         network_policy.BINARY: f"http://{LOOPBACK}:{ports.netpol_metrics}"
         + network_policy.health_path(),
     }[name]

@@ -37,8 +37,7 @@ _OFFSETS = {
     "kubelet_2": 16,
     "kube_proxy": 17,  # its /healthz
     "kube_proxy_metrics": 18,
-    "coredns": 19,  # its /health
-    "coredns_ready": 20,  # its /ready: the kubernetes plugin has synced
+    # 19, 20: the host's CoreDNS, before it was a pod (container/addons.py)
     "netpol_metrics": 21,  # kube-network-policies' /metrics
     "object_store": 22,  # the object store's S3 API (object_store.py)
     "apiserver": 43,
@@ -72,8 +71,6 @@ class Ports:
     kubelet_2: int
     kube_proxy: int
     kube_proxy_metrics: int
-    coredns: int
-    coredns_ready: int
     netpol_metrics: int
     object_store: int
     apiserver: int
@@ -106,8 +103,6 @@ class Ports:
             **{f"kubelet_{i}": f"{node_process('kubelet', i)} (healthz)" for i in range(3)},
             "kube_proxy": "kube-proxy",
             "kube_proxy_metrics": "kube-proxy (metrics)",
-            "coredns": "coredns",
-            "coredns_ready": "coredns (ready)",
             "netpol_metrics": "kube-network-policies",
             "object_store": "object-store",
             "apiserver": "kube-apiserver",

@@ -30,7 +30,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -60,33 +59,6 @@ from gridloop.sandboxes.claiming import ClaimedSandbox
 ROUTER_SERVICE = "sandbox-router-svc"
 ROUTER_PORT = 8080
 MODEL_PORT = 8000
-
-
-# agent-sandbox v0.2.1's claim controller adopted a warm-pool pod by clearing its owner,
-# and the Sandbox controller set the new owner only on its next reconcile: a second claim
-# made in between could adopt the same pod (both Sandboxes then named it), and when the
-# first was released its pod went, leaving the second on a pod that no longer existed
-# (read from its source, extensions/controllers/sandboxclaim_controller.go; it fitted what
-# the loop saw on 2026-12-03 and 2026-12-04, a 502 from the router and then a claim never
-# Ready; upstream kubernetes-sigs/agent-sandbox#1513). v1.0.3 adopts whole Sandboxes of the
-# pool rather than pods, but the loop's own claims are still made one at a time (the next
-# once the one before is Ready): not re-examined against v1.0.3's controller.
-_CLAIMING = threading.Lock()
-
-
-class OneClaimAtATime(AbstractContextManager[Any]):
-    """A sandbox client whose claim is made only when no other claim of this process is
-    waiting to be served; using the sandbox afterwards is not serialised."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def __enter__(self) -> Any:
-        with _CLAIMING:
-            return self.client.__enter__()
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self.client.__exit__(*exc)
 
 
 @dataclass(frozen=True)
@@ -197,11 +169,11 @@ class Cluster:
 
         def claim() -> AbstractContextManager[Sandbox]:
             # 60 s: a claim is served in seconds here, warm or cold; one that is not by
-            # then waits on a sandbox that will not come, so the agent gives it up and
-            # claims again
-            return OneClaimAtATime(
-                ClaimedSandbox(url, s.warm_pool, s.sandbox_namespace, 60, self.core)
-            )
+            # then is given up, and the agent tries the task again in a new sandbox. The
+            # workers claim at once: agent-sandbox v1.0.3 gives each claim a sandbox of its
+            # own (v0.2.1 could give two claims one warm pod, and the loop claimed one at
+            # a time; test_sandboxes.py's claims made at once pin it)
+            return ClaimedSandbox(url, s.warm_pool, s.sandbox_namespace, 60, self.core)
 
         return claim
 

@@ -23,11 +23,11 @@ from gridloop.local.build.overlays import SourcePatch
 #   after every DNAT;
 # - an `input` chain beside upstream's `postrouting` one: upstream judges what pods send
 #   through the host (forwarded, bridged) but not what they send to the host itself. On a
-#   real cluster the API server is another machine; here it, the kubelets and the DNS
-#   server are on the host, so a sandbox's egress policy must judge that traffic too. The
-#   chain accepts replies (ct established,related) and DNS (port 53: the host's CoreDNS,
-#   as a node-local DNS cache is reachable on a real node), then judges packets from the
-#   policed pods like the postrouting chain does.
+#   real cluster the API server is another machine; here it, the kubelets, Prometheus and
+#   the object store are on the host, so a sandbox's egress policy must judge that traffic
+#   too. The chain accepts replies (ct established,related), then judges packets from the
+#   policed pods like the postrouting chain does. DNS is not the host's: the cluster DNS
+#   is a pod (container/addons.py), judged like any other.
 NETPOL_KUBECONFIG_ENV = "GRIDLOOP_KUBECONFIG"
 NETPOL_NODES_ENV = "GRIDLOOP_NETPOL_NODES"  # comma-separated node names
 NETPOL_MARK_ENV = "GRIDLOOP_NETPOL_MARK"  # the mark bit, e.g. 0x10000000
@@ -137,7 +137,7 @@ func (c *Controller) gridloopQueue(nft *nftables.Conn, table *nftables.Table, qu
 }
 
 // gridloopAddHostInputChain judges what the policed pods send to the host itself (not
-// forwarded, so never seen by the postrouting chain), after accepting replies and DNS.
+// forwarded, so never seen by the postrouting chain), after accepting replies.
 func (c *Controller) gridloopAddHostInputChain(nft *nftables.Conn, table *nftables.Table, queue expr.Any) {
 \tif os.Getenv("%(input)s") == "" || c.config.AdminNetworkPolicy || c.config.BaselineAdminNetworkPolicy {
 \t\treturn
@@ -156,16 +156,6 @@ func (c *Controller) gridloopAddHostInputChain(nft *nftables.Conn, table *nftabl
 \t\t&expr.Cmp{Op: expr.CmpOpNeq, Register: 0x1, Data: []byte{0x0, 0x0, 0x0, 0x0}},
 \t\t&expr.Verdict{Kind: expr.VerdictAccept},
 \t}})
-\t// udp dport 53 accept; tcp dport 53 accept
-\tfor _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-\t\tnft.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
-\t\t\t&expr.Meta{Key: expr.MetaKeyL4PROTO, SourceRegister: false, Register: 0x1},
-\t\t\t&expr.Cmp{Op: expr.CmpOpEq, Register: 0x1, Data: []byte{proto}},
-\t\t\t&expr.Payload{DestRegister: 0x1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-\t\t\t&expr.Cmp{Op: expr.CmpOpEq, Register: 0x1, Data: binaryutil.BigEndian.PutUint16(53)},
-\t\t\t&expr.Verdict{Kind: expr.VerdictAccept},
-\t\t}})
-\t}
 \t// ip saddr @podips-v4 queue
 \tnft.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
 \t\t&expr.Meta{Key: expr.MetaKeyNFPROTO, SourceRegister: false, Register: 0x1},

@@ -195,7 +195,7 @@ TRIVY_K8S_CONFIG_MAIN = (Path(__file__).parent / "trivy_k8s_config.go").read_tex
 # CoreDNS's docs build a server with chosen plugins. Upstream's directive order (which
 # runs first) is kept: it is core/dnsserver's. From an empty GOCACHE here: 79 s against
 # 142 s with every plugin (2026-12-06).
-COREDNS_PLUGINS = ("bind", "cache", "errors", "health", "kubernetes", "loop", "ready")
+COREDNS_PLUGINS = ("cache", "errors", "health", "kubernetes", "loop", "ready")
 COREDNS_MAIN = "\n".join(
     [
         "// gridloop's build of CoreDNS (installer/gridloop/local/build/recipes.py)",

@@ -19,6 +19,7 @@ BINARIES = (
     "busybox",
     *(binary for _component, binary, _path in table.CONTROLLERS),
     table.ROUTER_BINARY,
+    table.COREDNS_BINARY,
 )
 
 

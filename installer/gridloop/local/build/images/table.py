@@ -170,6 +170,28 @@ def router() -> Image:
     )
 
 
+# the local cluster's DNS (container/addons.py), named as upstream's release names it
+COREDNS_REPOSITORY = "registry.k8s.io/coredns/coredns"
+COREDNS_BINARY = "coredns"
+
+
+def coredns_ref() -> str:
+    return f"{COREDNS_REPOSITORY}:{versions.get('coredns').version}"
+
+
+def coredns() -> Image:
+    """CoreDNS as upstream's Dockerfile lays it out (/coredns, distroless' nonroot user),
+    with the plugins the local Corefile uses (recipes.py)."""
+    return Image(
+        ref=coredns_ref(),
+        files={"/coredns": COREDNS_BINARY},
+        entrypoint=("/coredns",),
+        user=NONROOT,
+        texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
+        why="the local cluster's DNS, CoreDNS built from its Go module (recipes.py)",
+    )
+
+
 def on_request() -> tuple[Image, ...]:
     """Controller images built only once their binary is (`gridloop local build kaito
     --mirror DIR`: its source is a release archive no registry serves), then pushed by
@@ -180,8 +202,9 @@ def on_request() -> tuple[Image, ...]:
 
 
 def images(pause_version: str) -> tuple[Image, ...]:
-    """The images built FROM scratch: the pause image, a busybox for tests, and the
-    upstream controllers (gridloop's own image is built from its Containerfile)."""
+    """The images built FROM scratch: the pause image, a busybox for tests, the upstream
+    controllers and the local cluster's CoreDNS (gridloop's own image is built from its
+    Containerfile)."""
     return (
         Image(
             ref=pause_ref(pause_version),
@@ -201,4 +224,5 @@ def images(pause_version: str) -> tuple[Image, ...]:
         ),
         *controllers(),
         router(),
+        coredns(),
     )
