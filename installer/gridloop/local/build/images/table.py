@@ -159,14 +159,24 @@ def router_ref() -> str:
 def router() -> Image:
     """The router as upstream's sandbox-router/Dockerfile lays it out: /sandbox-router,
     distroless' nonroot user."""
+    return _one_binary(
+        router_ref(),
+        ROUTER_BINARY,
+        "agent-sandbox's Go sandbox router, built from its Go module (recipes.py)",
+    )
+
+
+def _one_binary(ref: str, binary: str, why: str) -> Image:
+    """`/<binary>` FROM scratch, run as distroless' nonroot user, as upstream lays out
+    its Go images."""
     return Image(
-        ref=router_ref(),
-        files={"/sandbox-router": ROUTER_BINARY},
-        entrypoint=("/sandbox-router",),
+        ref=ref,
+        files={f"/{binary}": binary},
+        entrypoint=(f"/{binary}",),
         user=NONROOT,
         texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
         scratch_dirs=("/tmp",),
-        why="agent-sandbox's Go sandbox router, built from its Go module (recipes.py)",
+        why=why,
     )
 
 
@@ -182,13 +192,10 @@ def coredns_ref() -> str:
 def coredns() -> Image:
     """CoreDNS as upstream's Dockerfile lays it out (/coredns, distroless' nonroot user),
     with the plugins the local Corefile uses (recipes.py)."""
-    return Image(
-        ref=coredns_ref(),
-        files={"/coredns": COREDNS_BINARY},
-        entrypoint=("/coredns",),
-        user=NONROOT,
-        texts={"/etc/passwd": PASSWD, "/etc/group": GROUP},
-        why="the local cluster's DNS, CoreDNS built from its Go module (recipes.py)",
+    return _one_binary(
+        coredns_ref(),
+        COREDNS_BINARY,
+        "the local cluster's DNS, CoreDNS built from its Go module (recipes.py)",
     )
 
 
