@@ -246,3 +246,16 @@ def test_probe_network_shows_the_cluster_enforces_networkpolicy_and_leaves_nothi
         return not local_cluster.core.list_namespace(label_selector=selector).items
 
     eventually(gone, "the probe's namespace deleted", 60)
+
+
+def test_internet_egress_is_checked_against_the_clusters_own_ranges(setup: Setup) -> None:
+    """The API server, the Service range (its ServiceCIDR), the nodes and their pod ranges
+    of the local cluster all lie inside the default deniedCIDRs."""
+    result = setup.gridloop(
+        "doctor", "--release", "doctor-ok", "--set", "agentSandbox.network.egress=internet"
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [x for x in result.stdout.splitlines() if "sandbox-egress" in x]
+    assert line.strip().startswith("✓ sandbox-egress")
+    assert line.endswith("nodes and their pod ranges, the Service range 10.96.0.0/16"), line

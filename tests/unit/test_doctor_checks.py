@@ -331,6 +331,7 @@ CLUSTER = dataclasses.replace(
     HEALTHY,
     nodes=(Node("n-0", {}, gpus=0, addresses=("10.0.4.7",), pod_cidrs=("10.244.0.0/24",)),),
     api_server=("10.96.0.1", "10.0.0.2"),
+    service_cidrs=("10.96.0.0/16",),
 )
 
 
@@ -346,6 +347,17 @@ def test_egress_none_or_dns_needs_no_denied_range() -> None:
 def test_internet_egress_passes_when_the_denied_ranges_cover_the_cluster() -> None:
     found = check("sandbox-egress", CLUSTER, INTERNET)
     assert found.status is Status.PASS, found.detail
+    assert found.detail.endswith("the Service range 10.96.0.0/16")
+
+
+def test_a_service_range_outside_the_denied_ranges_fails_and_an_unread_one_is_said() -> None:
+    public = dataclasses.replace(CLUSTER, service_cidrs=("10.96.0.0/16", "100.70.0.0/16"))
+    found = check("sandbox-egress", public, INTERNET)
+    assert found.status is Status.FAIL
+    assert found.items == ("the Service range 100.70.0.0/16",)
+    unread = check("sandbox-egress", dataclasses.replace(CLUSTER, service_cidrs=None), INTERNET)
+    assert unread.status is Status.PASS
+    assert "no ServiceCIDR to read" in unread.detail
 
 
 def test_internet_egress_fails_naming_each_cluster_address_left_outside() -> None:

@@ -263,7 +263,8 @@ def _covered(address: str, denied: Sequence[str]) -> bool:
 
 def sandbox_egress(observed: Observed, planned: Planned) -> Check:
     """With `egress: internet` a sandbox reaches every address outside deniedCIDRs: the
-    API server, the nodes (kubelets) and the pod ranges must all be inside them. The
+    API server, the Service ranges, the nodes (kubelets) and the pod ranges must all be
+    inside them. The
     cluster's own addresses are read, not assumed (a public API endpoint, nodes on
     100.64/10 are missed by the RFC 1918 default)."""
     name = "sandbox-egress"
@@ -281,6 +282,7 @@ def sandbox_egress(observed: Observed, planned: Planned) -> Check:
     if observed.api_server is None:
         return unread(name, "the kubernetes Service", observed)
     wanted = [(f"the API server {a}", a) for a in observed.api_server]
+    wanted += [(f"the Service range {c}", c) for c in observed.service_cidrs or ()]
     for node in observed.nodes:
         wanted += [(f"node {node.name} {a}", a) for a in node.addresses]
         wanted += [(f"node {node.name}'s pods {c}", c) for c in node.pod_cidrs]
@@ -294,11 +296,17 @@ def sandbox_egress(observed: Observed, planned: Planned) -> Check:
             "add those ranges to agentSandbox.network.deniedCIDRs, or set egress to none or dns",
             items=tuple(open_to),
         )
+    services = (
+        f", the Service range {', '.join(observed.service_cidrs)}"
+        if observed.service_cidrs
+        else " (no ServiceCIDR to read: the Service range beyond the API server's address "
+        "is unchecked)"
+    )
     return Check(
         name,
         Status.PASS,
         f"agentSandbox.network.deniedCIDRs covers the API server, {len(observed.nodes)} "
-        "nodes and their pod ranges",
+        f"nodes and their pod ranges{services}",
     )
 
 

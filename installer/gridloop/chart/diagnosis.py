@@ -106,6 +106,9 @@ class Observed:
     secrets_found: frozenset[str] | None = None
     # the API server's own addresses (the kubernetes Service's ClusterIP and its endpoints)
     api_server: tuple[str, ...] | None = None
+    # the Service ranges the ServiceCIDR API lists (Kubernetes 1.33+); None: not served or
+    # not readable (the range beyond the kubernetes Service's own address goes unchecked)
+    service_cidrs: tuple[str, ...] | None = None
 
 
 # --- what is planned ---

@@ -97,6 +97,7 @@ def observe(
         refused=refused,
         secrets_found=secrets_found,
         api_server=_api_server(api, refused) if planned.sandbox_egress == "internet" else (),
+        service_cidrs=_service_cidrs(api) if planned.sandbox_egress == "internet" else (),
     )
 
 
@@ -239,6 +240,17 @@ def _api_server(api: client.ApiClient, refused: dict[str, str]) -> tuple[str, ..
         for endpoint in item.get("endpoints") or []:
             found += [str(a) for a in endpoint.get("addresses") or ()]
     return tuple(dict.fromkeys(found))
+
+
+def _service_cidrs(api: client.ApiClient) -> tuple[str, ...] | None:
+    """The cluster's Service ranges (networking.k8s.io/v1 ServiceCIDR, served since
+    Kubernetes 1.33); None where the API is not served or not readable."""
+    try:
+        found = get(api, "/apis/networking.k8s.io/v1/servicecidrs")
+    except ApiException:
+        return None
+    cidrs = [str(c) for item in found.get("items") or [] for c in item["spec"].get("cidrs") or ()]
+    return tuple(dict.fromkeys(cidrs))
 
 
 def _workload(deployment: Doc) -> diagnosis.Workload:
