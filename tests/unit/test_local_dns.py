@@ -11,7 +11,7 @@ from gridloop.local.build.images import table
 from gridloop.local.container import addons
 from gridloop.local.container.configs import CLUSTER_DOMAIN
 
-OBJECTS = addons.dns_objects("10.96.0.0/16", table.coredns_ref())
+OBJECTS = addons.dns_objects("10.96.0.0/16", table.coredns_ref(), nodes=1)
 
 
 def of_kind(kind: str) -> dict[str, Any]:
@@ -63,3 +63,13 @@ def test_the_corefile_answers_the_cluster_domain_only_and_a_new_one_is_a_new_pod
     assert not [line for line in corefile.splitlines() if line.strip().startswith("forward")]
     annotations = of_kind("Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert set(annotations) == {"gridloop.io/corefile-sha256"}
+
+
+def test_a_replica_on_each_container_node_so_a_node_lost_leaves_dns() -> None:
+    (two,) = [
+        o for o in addons.dns_objects("10.96.0.0/16", "x", nodes=2) if o["kind"] == "Deployment"
+    ]
+    assert two["spec"]["replicas"] == 2
+    (spread,) = two["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert (spread["topologyKey"], spread["maxSkew"]) == ("kubernetes.io/hostname", 1)
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"

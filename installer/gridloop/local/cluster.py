@@ -272,7 +272,7 @@ def _start_container_nodes(
     first = container.nodes(fleet, state.dir)[0].planned
     from gridloop.local.build.images import table
 
-    objects = addons.dns_objects(ports.SERVICE_CIDR, table.coredns_ref())
+    objects = addons.dns_objects(ports.SERVICE_CIDR, table.coredns_ref(), len(names))
     objects += addons.prometheus_objects(first.node_ip, state.ports.prometheus)
     objects += network_policy.rbac_objects()
     objects += object_store.cluster_objects(

@@ -96,10 +96,11 @@ def corefile() -> str:
     )
 
 
-def dns_objects(service_cidr: str, image: str) -> list[dict[str, Any]]:
+def dns_objects(service_cidr: str, image: str, nodes: int) -> list[dict[str, Any]]:
     """CoreDNS as a cluster runs it: its ServiceAccount and the read-only RBAC its
-    kubernetes plugin needs, its Corefile, its Deployment on the container nodes, and the
-    `kube-dns` Service on 10.96.0.10 selecting its pod."""
+    kubernetes plugin needs, its Corefile, its Deployment with a replica on each of the
+    `nodes` container nodes (a node lost takes one replica, not the cluster's DNS), and
+    the `kube-dns` Service on 10.96.0.10 selecting its pods."""
     ports = [
         {"name": "dns", "port": DNS_PORT, "protocol": "UDP"},
         {"name": "dns-tcp", "port": DNS_PORT, "protocol": "TCP"},
@@ -151,7 +152,7 @@ def dns_objects(service_cidr: str, image: str) -> list[dict[str, Any]]:
             "kind": "Deployment",
             "metadata": {"name": DNS_NAME, "namespace": DNS_NAMESPACE, "labels": labels},
             "spec": {
-                "replicas": 1,
+                "replicas": max(1, nodes),
                 "selector": {"matchLabels": DNS_POD_LABELS},
                 "template": {
                     "metadata": {
@@ -189,6 +190,14 @@ def _dns_pod(image: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
         "priorityClassName": "system-cluster-critical",
         "dnsPolicy": "Default",  # the node's resolver: it cannot be its own
         "nodeSelector": {CONTAINER_NODE_LABEL: "true"},
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": DNS_POD_LABELS},
+            }
+        ],
         # a node lost for good: the pod moves to another container node in 30 s, not 300
         "tolerations": [
             {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
