@@ -350,6 +350,15 @@ def test_internet_egress_passes_when_the_denied_ranges_cover_the_cluster() -> No
     assert found.detail.endswith("the Service range 10.96.0.0/16")
 
 
+def test_a_node_that_reports_a_loopback_address_is_no_way_out() -> None:
+    """kwok's simulated nodes report 127.0.0.1: from a pod that is the pod itself."""
+    simulated = dataclasses.replace(
+        CLUSTER,
+        nodes=(Node("kwok-0", {}, gpus=8, addresses=("127.0.0.1", "::1"), pod_cidrs=()),),
+    )
+    assert check("sandbox-egress", simulated, INTERNET).status is Status.PASS
+
+
 def test_a_service_range_outside_the_denied_ranges_fails_and_an_unread_one_is_said() -> None:
     public = dataclasses.replace(CLUSTER, service_cidrs=("10.96.0.0/16", "100.70.0.0/16"))
     found = check("sandbox-egress", public, INTERNET)
