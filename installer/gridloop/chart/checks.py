@@ -267,9 +267,8 @@ def _covered(address: str, denied: Sequence[str]) -> bool:
 def sandbox_egress(observed: Observed, planned: Planned) -> Check:
     """With `egress: internet` a sandbox reaches every address outside deniedCIDRs: the
     API server, the Service ranges, the nodes (kubelets) and the pod ranges must all be
-    inside them. The
-    cluster's own addresses are read, not assumed (a public API endpoint, nodes on
-    100.64/10 are missed by the RFC 1918 default)."""
+    inside them. The cluster's own addresses are read, not assumed (a public API
+    endpoint, nodes on 100.64/10 are missed by the RFC 1918 default)."""
     name = "sandbox-egress"
     if not planned.sandbox_egress:
         return Check(name, Status.PASS, "the install makes no sandbox namespace")

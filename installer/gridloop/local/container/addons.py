@@ -10,8 +10,8 @@ the bootstrap RBAC knows (`system:kube-proxy`). What differs from a stock kube-p
   or not the host passes bridged traffic to iptables (br_netfilter). The address stays
   on the bridge: nothing leaves the machine.
 
-CoreDNS runs as a cluster's own does: a Deployment in kube-system whose pod
-(`k8s-app: kube-dns`) is on the container nodes' pod network, behind the `kube-dns`
+CoreDNS runs as a cluster's own does: a Deployment in kube-system with a replica on each
+container node (pods labelled `k8s-app: kube-dns`, on the pod network), behind the `kube-dns`
 Service (10.96.0.10), in the image built from its module (images/table.py). So a
 NetworkPolicy that lets a pod reach DNS by selecting those pods (the chart's sandboxes'
 DNS rule) is what lets a policed pod resolve names here, as on a real cluster; nothing
@@ -198,7 +198,8 @@ def _dns_pod(image: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
                 "labelSelector": {"matchLabels": DNS_POD_LABELS},
             }
         ],
-        # a node lost for good: the pod moves to another container node in 30 s, not 300
+        # the replica on a node lost for good is evicted after 30 s, not the default 300 (a
+        # new one may stay Pending while the lost node still counts for the spread)
         "tolerations": [
             {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
             for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
