@@ -7,6 +7,7 @@ import base64
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes.client.rest import ApiException
 
 from gridloop.sandboxes import issuer, tokens
@@ -156,3 +157,35 @@ def test_the_issuer_writes_a_token_the_key_verifies_for_the_bound_sandbox_only()
     now[0] += settings.ttl_s
     it.resync()
     assert core.writes == 2, "a deleted claim's Secret goes with it (its owner)"
+
+
+class UnreachableFor(FakeCore):
+    """The API server out of reach for the Secrets of one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self.down = namespace
+
+    def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+        if namespace == self.down:
+            raise urllib3.exceptions.MaxRetryError(None, "/api/v1", "connection refused")
+        return super().read_namespaced_secret(name, namespace)
+
+
+def test_a_resync_that_cannot_reach_the_api_server_goes_on_and_tries_again() -> None:
+    core, now = UnreachableFor("team-b"), [1000.0]
+    settings = issuer.Settings("sandbox-router", "sandbox-router-key", "issuer", ("agents",))
+    it = issuer.Issuer(core, None, KEY, settings, clock=lambda: now[0])
+    other = claim()
+    other["metadata"]["namespace"] = "team-b"
+    with it.lock:  # known from before the API server went out of reach
+        it.claims[("team-b", "c1")] = other
+    it.apply("MODIFIED", claim())
+    now[0] += settings.ttl_s / 2 + 1
+
+    it.resync()  # does not raise: the issuer's loop goes on
+
+    assert core.writes == 2, "the reachable claim's token was minted again"
+    core.down = ""
+    it.resync()
+    assert ("team-b", "c1-router-token") in core.secrets, "and the other's at the next resync"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -149,6 +150,10 @@ class Issuer:
                 self.issue(claim)
             except ApiException as err:
                 log.warning("resync: %s %s", err.status, err.reason)
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                # the API server out of reach for a moment: the next resync tries again,
+                # where letting it out would end the issuer (and every claim's renewal)
+                log.warning("resync: %s", err)
 
     def follow(self, namespace: str, stop: threading.Event) -> None:
         def relist() -> str:
