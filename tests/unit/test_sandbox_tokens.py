@@ -89,25 +89,44 @@ def test_the_secret_is_the_claims_own_and_names_what_the_token_is_for() -> None:
     assert secret["stringData"] == {"token": "v1.x.y", "sandbox": "pool-abcde", "expires": "100"}
 
 
-def _existing(sandbox: str, uid: str, expires: int) -> dict[str, Any]:
+def _existing(sandbox: str, uid: str, expires: int, token: str | None = None) -> dict[str, Any]:
     annotations = {
         "gridloop.io/sandbox": sandbox,
         "gridloop.io/claim-uid": uid,
         "gridloop.io/expires": str(expires),
     }
-    return {"metadata": {"annotations": annotations}}
+    if token is None:  # what the issuer wrote
+        token = tokens.mint(KEY, "agents", sandbox, expires)
+    return {"metadata": {"annotations": annotations}, "token": token}
 
 
 def test_a_token_is_minted_again_when_missing_for_another_sandbox_or_half_spent() -> None:
     bound = tokens.Bound("agents", "c1", "uid-1", "pool-abcde")
     ttl = 1000
-    assert tokens.needs_token(None, bound, now=0, ttl_s=ttl)
-    assert not tokens.needs_token(_existing("pool-abcde", "uid-1", 1000), bound, 0, ttl)
-    assert not tokens.needs_token(_existing("pool-abcde", "uid-1", 1000), bound, 499, ttl)
-    assert tokens.needs_token(_existing("pool-abcde", "uid-1", 1000), bound, 501, ttl)
-    assert tokens.needs_token(_existing("pool-other", "uid-1", 1000), bound, 0, ttl)
+    assert tokens.needs_token(None, bound, now=0, ttl_s=ttl, key=KEY)
+    assert not tokens.needs_token(_existing("pool-abcde", "uid-1", 1000), bound, 0, ttl, KEY)
+    assert not tokens.needs_token(_existing("pool-abcde", "uid-1", 1000), bound, 499, ttl, KEY)
+    assert tokens.needs_token(_existing("pool-abcde", "uid-1", 1000), bound, 501, ttl, KEY)
+    assert tokens.needs_token(_existing("pool-other", "uid-1", 1000), bound, 0, ttl, KEY)
     # a claim deleted and made again under the same name
-    assert tokens.needs_token(_existing("pool-abcde", "uid-0", 1000), bound, 0, ttl)
+    assert tokens.needs_token(_existing("pool-abcde", "uid-0", 1000), bound, 0, ttl, KEY)
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "junk",
+        tokens.mint(b"k" * 32, "agents", "pool-abcde", 1000),  # another key's
+        tokens.mint(KEY, "agents", "pool-other", 1000),  # for another sandbox
+        tokens.mint(KEY, "team-b", "pool-abcde", 1000),  # another namespace's
+        tokens.mint(KEY, "agents", "pool-abcde", 900),  # an expiry its annotation does not say
+        "",
+    ],
+)
+def test_a_secret_someone_else_wrote_under_the_claims_name_is_replaced(token: str) -> None:
+    """Its annotations say what the issuer's would; its token is not the issuer's."""
+    bound = tokens.Bound("agents", "c1", "uid-1", "pool-abcde")
+    assert tokens.needs_token(_existing("pool-abcde", "uid-1", 1000, token), bound, 0, 1000, KEY)
 
 
 class FakeCore:
@@ -189,3 +208,23 @@ def test_a_resync_that_cannot_reach_the_api_server_goes_on_and_tries_again() -> 
     core.down = ""
     it.resync()
     assert ("team-b", "c1-router-token") in core.secrets, "and the other's at the next resync"
+
+
+def test_the_issuer_replaces_a_junk_token_written_before_the_claim_was_bound() -> None:
+    """Someone who may write Secrets in the namespace made `<claim>-router-token` first,
+    with the annotations the issuer writes and a token of their own: the claimer still
+    gets a token the router takes."""
+    core, now = FakeCore(), [1000.0]
+    settings = issuer.Settings("sandbox-router", "sandbox-router-key", "issuer", ("agents",))
+    exp = tokens.expiry(now[0], settings.ttl_s)
+    planted = _existing("pool-abcde", "uid-1", exp, token="junk")
+    core.secrets[("agents", "c1-router-token")] = {
+        "metadata": planted["metadata"],
+        "stringData": {"token": "junk"},
+    }
+    it = issuer.Issuer(core, None, KEY, settings, clock=lambda: now[0])
+
+    it.apply("MODIFIED", claim())
+
+    token = core.secrets[("agents", "c1-router-token")]["stringData"]["token"]
+    assert tokens.verify(KEY, token, now=now[0]).sandbox == "pool-abcde"

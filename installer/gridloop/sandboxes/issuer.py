@@ -116,15 +116,17 @@ class Issuer:
         name = tokens.secret_name(claim.claim)
         try:
             existing = self.core.read_namespaced_secret(name, claim.namespace)
+            held = (existing.data or {}).get(tokens.TOKEN_FIELD) or ""
             found: dict[str, Any] | None = {
-                "metadata": {"annotations": existing.metadata.annotations or {}}
+                "metadata": {"annotations": existing.metadata.annotations or {}},
+                tokens.TOKEN_FIELD: base64.b64decode(held).decode(errors="replace"),
             }
         except ApiException as err:
             if err.status != 404:
                 raise
             found = None
         now = self.clock()
-        if not tokens.needs_token(found, claim, now, self.s.ttl_s):
+        if not tokens.needs_token(found, claim, now, self.s.ttl_s, self.key):
             return
         exp = tokens.expiry(now, self.s.ttl_s)
         token = tokens.mint(self.key, claim.namespace, claim.sandbox, exp)

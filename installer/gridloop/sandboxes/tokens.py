@@ -121,9 +121,13 @@ def expiry(now: float, ttl_s: int) -> int:
     return int(now) + int(ttl_s)
 
 
-def needs_token(existing: dict[str, Any] | None, claim: Bound, now: float, ttl_s: int) -> bool:
+def needs_token(
+    existing: dict[str, Any] | None, claim: Bound, now: float, ttl_s: int, key: bytes
+) -> bool:
     """Whether the claim's token Secret must be (re)written: missing, for another sandbox
-    or claim (a claim deleted and made again under its name), or past half its life."""
+    or claim (a claim deleted and made again under its name), past half its life, or
+    holding a token that is not `key`'s for this sandbox until the expiry it states (a
+    Secret someone else wrote under its name: its annotations alone prove nothing)."""
     if existing is None:
         return True
     annotations = (existing.get("metadata") or {}).get("annotations") or {}
@@ -133,7 +137,10 @@ def needs_token(existing: dict[str, Any] | None, claim: Bound, now: float, ttl_s
         return True
     try:
         exp = int(annotations.get("gridloop.io/expires", "0"))
-    except ValueError:
+        held = verify(key, str(existing.get(TOKEN_FIELD) or ""), now)
+    except (ValueError, KeyError, TypeError):  # TokenError, a payload that is not ours
+        return True
+    if held != Claims(claim.namespace, claim.sandbox, exp):
         return True
     return exp - now < ttl_s / 2
 
