@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import container_pods
@@ -505,16 +506,39 @@ def test_a_gpu_rayjob_goes_to_the_next_region_when_a_quarantine_lowers_the_quota
             "KubeRay to make the job's Ray cluster",
             60,
         )
-        worker_nodes = eventually(
-            lambda: {
-                p.spec.node_name
-                for p in ray_jobs.cluster_pods(local_cluster.api, namespace, str(cluster_name))
-                if "-gpu-" in p.metadata.name and p.spec.node_name
-            },
-            "the GPU worker pod to be scheduled",
-            60,
-        )
+        try:
+            worker_nodes = eventually(
+                lambda: {
+                    p.spec.node_name
+                    for p in ray_jobs.cluster_pods(local_cluster.api, namespace, str(cluster_name))
+                    if "-gpu-" in p.metadata.name and p.spec.node_name
+                },
+                "the GPU worker pod to be scheduled",
+                60,
+            )
+        except pytest.fail.Exception as failed:  # what the pods were doing (seen once in CI)
+            pods = ray_jobs.cluster_pods(local_cluster.api, namespace, str(cluster_name))
+            raise AssertionError(f"{failed}\n{_pod_states(pods)}") from None
         assert all(str(n).startswith("eu-west-h100-") for n in worker_nodes), worker_nodes
     finally:
         ray_jobs.delete_rayjob(local_cluster.api, namespace, "gpu-rayjob")
         team.delete()
+
+
+def _pod_states(pods: list[Any]) -> str:
+    """Each pod's name, node, phase and why it is not scheduled, as `kubectl describe` says."""
+    if not pods:
+        return "(no pods of the Ray cluster)"
+    lines = []
+    for p in pods:
+        unscheduled = [
+            f"{c.reason}: {c.message}"
+            for c in p.status.conditions or []
+            if c.type == "PodScheduled" and c.status != "True"
+        ]
+        gates = [g.name for g in p.spec.scheduling_gates or []]
+        lines.append(
+            f"{p.metadata.name} node={p.spec.node_name} phase={p.status.phase} "
+            f"gates={gates} {' '.join(unscheduled)}"
+        )
+    return "\n".join(lines)
