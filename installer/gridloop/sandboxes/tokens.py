@@ -80,7 +80,8 @@ class Claims:
 
 def verify(key: bytes, token: str, now: float) -> Claims:
     """What the router checks before it compares the target: the form, the signature and
-    the expiry (the tests' check that gridloop mints what the router takes)."""
+    the expiry (the issuer's check of a token Secret it finds, and the tests' that gridloop
+    mints what the router takes)."""
     version, _, rest = token.partition(".")
     payload, _, signature = rest.partition(".")
     if version != VERSION or not payload or not signature:
