@@ -20,8 +20,8 @@ each with the given arguments:
 Most of the container lane's time is spent waiting on pods, so the second lane fills
 the idle core (docs/local-cluster.md has the figures); the kwok lane and the heavy build
 run niced (BESIDE_NICE), so where both lanes want the cores the container lane, the run's
-length, comes first. The container lane's output
-streams; the kwok lane's is written to a log and printed when both are done. It ends
+length, comes first. The container lane's output streams; the kwok lane's is written to
+a log and printed when both are done. It ends
 with one line counted by pytest itself (tests/suite_timing.py writes the counts and
 the cluster's setup time):
 
@@ -56,8 +56,8 @@ KWOK_BASE_PORT = "28400"
 NO_TESTS = 5
 # The niceness of what runs beside the container lane (the kwok lane with its cluster, the
 # heavy images' build): the container lane is the run's length, and in the first minutes,
-# when both lanes are busy, its modules took about half again their time alone
-# (docs/local-cluster.md); niced, the side work takes the cores it leaves.
+# when both lanes are busy, its modules took longer than alone (docs/local-cluster.md);
+# niced, the side work takes the cores it leaves.
 BESIDE_NICE = 5
 
 
