@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import socket
+import time
 
-from gridloop.local import processes
+from gridloop.local import cluster, processes
 
 
 def _sleeper(tmp_path, name: str = "sleeper") -> processes.Proc:
@@ -22,6 +23,21 @@ def test_a_started_process_is_alive_at_once_and_gone_after_stop(tmp_path):
     processes.stop(proc)
 
     assert not processes.alive(proc)
+
+
+def test_a_process_that_ignores_sigterm_is_killed_when_its_grace_runs_out(tmp_path):
+    """As kube-apiserver in `down` (cluster.STOP_GRACE_S): SIGTERM is not enough for it."""
+    shell = shutil.which("sh")
+    assert shell
+    argv = [shell, "-c", "trap '' TERM; echo trapped; while :; do sleep 0.1; done"]
+    proc = processes.start("stubborn", argv, tmp_path / "stubborn.log", tmp_path)
+    while "trapped" not in (tmp_path / "stubborn.log").read_text():
+        time.sleep(0.05)
+
+    processes.stop(proc, timeout=0.5)
+
+    assert not processes.alive(proc)
+    assert cluster.STOP_GRACE_S["kube-apiserver"] < processes.STOP_GRACE_S
 
 
 def test_a_pid_with_another_start_time_is_not_ours_and_is_never_signalled(tmp_path):

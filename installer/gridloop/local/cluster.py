@@ -47,6 +47,10 @@ Say = Callable[[str], None]
 
 # the order processes start in, and the reverse of the order they stop in
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# how long `down` waits after SIGTERM before SIGKILL, where not the default: kube-apiserver
+# v1.35 stops listening at once but then did not exit within 15 s (every `down` measured
+# here, a fresh cluster's too), and it holds nothing etcd, stopped after it, does not
+STOP_GRACE_S = {"kube-apiserver": 2.0}
 # when the fleet asks for it: Kueue's controller, after its CRDs and webhooks are applied
 KUEUE = launching.KUEUE
 AGENT_SANDBOX = launching.AGENT_SANDBOX  # its controller, the process (sandbox_installing.py)
@@ -502,7 +506,7 @@ def _stop_processes(state: State) -> list[str]:
     stopped = []
     for proc in reversed(state.processes):
         if processes.alive(proc):
-            processes.stop(proc)
+            processes.stop(proc, STOP_GRACE_S.get(proc.name, processes.STOP_GRACE_S))
             stopped.append(proc.name)
     state.processes = []
     if state.dir.exists():

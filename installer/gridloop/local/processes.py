@@ -86,7 +86,10 @@ def alive(proc: Proc) -> bool:
     return int(stat[19]) == proc.start_ticks
 
 
-def stop(proc: Proc, timeout: float = 15.0) -> None:
+STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL
+
+
+def stop(proc: Proc, timeout: float = STOP_GRACE_S) -> None:
     """SIGTERM, wait, then SIGKILL: returns once the process is gone."""
     if not alive(proc):
         return
