@@ -154,6 +154,49 @@ def test_kuberay_is_integrated_from_any_origin() -> None:
     assert moved["metadata"]["namespace"] == RELEASE_NAMESPACE
 
 
+# --- readiness ---
+
+
+def _probed(readiness: dict[str, object] | None, liveness: dict[str, object]) -> Doc:
+    doc = _workload("kueue-controller-manager", "manager")
+    container = _pod(doc)["containers"][0]
+    if readiness is not None:
+        container["readinessProbe"] = readiness
+    container["livenessProbe"] = liveness
+    return doc
+
+
+def test_a_controller_is_probed_for_readiness_from_its_start_every_two_seconds() -> None:
+    """As Kueue v0.19.2 ships it: first look at 5 s, then every 10 s (its webhook served at
+    5 s and the pod was Ready at 12 s). The liveness probe, which restarts, is upstream's."""
+    http = {"httpGet": {"path": "/readyz", "port": 8081}, "failureThreshold": 3}
+    liveness = {"httpGet": {"path": "/healthz", "port": 8081}, "initialDelaySeconds": 15}
+    doc = _probed({**http, "initialDelaySeconds": 5, "periodSeconds": 10}, liveness)
+    before = copy.deepcopy(doc)
+
+    (done,) = adjustments.ready_when_ready([doc])
+
+    container = _pod(done)["containers"][0]
+    assert container["readinessProbe"] == {**http, "periodSeconds": 2}
+    assert container["livenessProbe"] == liveness
+    assert doc == before
+
+
+@pytest.mark.parametrize(
+    "readiness",
+    [
+        None,
+        {"tcpSocket": {"port": 53}, "periodSeconds": 2},
+        {"exec": {"command": ["true"]}, "periodSeconds": 1},
+    ],
+    ids=["no-probe", "already-quick", "quicker"],
+)
+def test_a_quick_or_absent_readiness_probe_is_left_alone(readiness) -> None:
+    doc = _probed(readiness, {"tcpSocket": {"port": 1}})
+
+    assert adjustments.ready_when_ready([doc]) == [doc]
+
+
 def test_the_placeholders_are_the_ones_templates_upstream_yaml_fills_in() -> None:
     """The exporter's counters ConfigMap placeholder went with the exporter's release file."""
     template = (CHART / "templates" / "upstream.yaml").read_text()

@@ -21,7 +21,7 @@ from chart_files import CHART
 from test_bundle_command import _mirror, _objects
 
 from gridloop import versions
-from gridloop.bundle import assembling, bundling, charting, fetching
+from gridloop.bundle import adjustments, assembling, bundling, charting, fetching
 from gridloop.bundle.bundling import Obtained
 from gridloop.bundle.sources import COMPONENTS, Source
 from gridloop.errors import BuildError, Unfetchable
@@ -122,6 +122,16 @@ def test_the_bundle_is_keyed_by_the_charts_files(tmp_path: Path) -> None:
     with (chart / "values.yaml").open("a") as values:
         values.write("\n# changed\n")
     assert assembling.key(chart) != before
+
+
+def test_the_bundle_is_keyed_by_the_edits_it_makes_to_upstream(tmp_path: Path, monkeypatch) -> None:
+    """A cached bundle made before an edit changed (adjustments.py) is made again."""
+    before = assembling.key(CHART)
+    edits = tmp_path / "adjustments.py"
+    edits.write_bytes(Path(adjustments.__file__).read_bytes() + b"\n# changed\n")
+    monkeypatch.setattr(adjustments, "__file__", str(edits))
+
+    assert assembling.key(CHART) != before
 
 
 # --- the chart renders what the bundle has ---

@@ -187,6 +187,25 @@ def test_agent_sandbox_runs_one_controller_with_its_extensions_and_released_imag
 
 
 @needs_kubectl
+def test_every_controller_is_probed_for_readiness_from_its_start_every_two_seconds(
+    bundled: bundling.Result,
+) -> None:
+    """Upstream's Kueue waits 5 s then looks every 10, KubeRay's 10 then every 5
+    (adjustments.ready_when_ready)."""
+    probes = {}
+    for component in ("kueue", "kuberay", "agent-sandbox"):
+        for doc in _docs(bundled, f"upstream/{component}/{component}.yaml"):
+            if doc["kind"] == "Deployment":
+                for container in doc["spec"]["template"]["spec"]["containers"]:
+                    if "readinessProbe" in container:
+                        probes[doc["metadata"]["name"]] = container["readinessProbe"]
+
+    assert {"kueue-controller-manager", "kuberay-operator"} <= set(probes)
+    for name, probe in probes.items():
+        assert "initialDelaySeconds" not in probe and probe["periodSeconds"] <= 2, (name, probe)
+
+
+@needs_kubectl
 def test_images_txt_lists_every_operator(bundled: bundling.Result) -> None:
     listed = Path(bundled.images_file).read_text().splitlines()
 

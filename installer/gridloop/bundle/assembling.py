@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gridloop import paths, versions
-from gridloop.bundle import bundling, charting, fetching, manifests
+from gridloop.bundle import adjustments, bundling, charting, fetching, manifests
 from gridloop.bundle.sources import SOURCES
 from gridloop.errors import UsageError
 
@@ -44,13 +44,16 @@ class Assembled:
 def key(chart: Path, mirror: Path | None = None) -> str:
     """What the bundle is made of: every file of the chart (path and bytes, links
     followed), each upstream component's rendering fingerprint and, with a mirror, what
-    the mirror holds for each (its manifests' bytes, its release archive's pinned hash)."""
+    the mirror holds for each (its manifests' bytes, its release archive's pinned hash),
+    and the code of the edits the bundle makes to them."""
     digest = hashlib.sha256()
     for path in sorted(p for p in chart.rglob("*") if p.is_file()):
         rel = path.relative_to(chart).as_posix()
         if rel.startswith(f"{manifests.UPSTREAM}/"):
             continue  # what an earlier bundle wrote into the source: not copied either
         digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    # the edits made to every upstream component's manifests (adjustments.integrate)
+    digest.update(Path(adjustments.__file__).read_bytes() + b"\0")
     for source in SOURCES:
         comp = versions.get(source.component)
         digest.update(source.fingerprint(comp).encode() + b"\0")
