@@ -3,10 +3,12 @@
 The modules that run the vLLM CPU, Ray and trainer images come late in the container lane
 (tests/conftest.py orders them), and the first pod of each waits for its image: the vLLM
 CPU image (3.4 GB) took 44 s to pull and unpack on an idle machine, the Ray and trainer
-images 6 s each. A background thread pulls them once the modules that share one install
-begin (`kueue_platform`: they wait on Prometheus and Kueue more than on the CPU, and come
-right before the heavy ones; the first modules' installs keep both cores busy, and started
-with them the pull made them 48 s longer in one run) and once the images are in the
+images 6 s each. A background thread pulls them once the first test of the modules that
+share one install runs, that install made (`kueue_platform`: they wait on Prometheus and
+Kueue more than on the CPU, and come right before the heavy ones; the first modules'
+installs keep both cores busy, and started with them the pull made them 48 s longer in
+one run; begun with the shared install's setup, that setup took 115 and 136 s in two CI
+runs against 38 to 47 s in three others, likely from the two at once) and once the images are in the
 registry (under `make test`, when their build beside the lanes ends): that time passes
 while a core is idle. The pull is the kubelet's own (the local kubelets pull in parallel:
 serializeImagePulls false): a pod per image on the container nodes that runs `true` and
