@@ -48,8 +48,9 @@ Say = Callable[[str], None]
 # the order processes start in, and the reverse of the order they stop in
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # how long `down` waits after SIGTERM before SIGKILL, where not the default: kube-apiserver
-# v1.35 stops listening at once but then did not exit within 15 s (every `down` measured
-# here, a fresh cluster's too), and it holds nothing etcd, stopped after it, does not
+# v1.35 stops listening at once but then did not exit within 15 s (every `down` of a
+# cluster with container nodes measured here, a fresh one's too; kwok-only clusters' were
+# quick), and it holds nothing etcd, stopped after it, does not
 STOP_GRACE_S = {"kube-apiserver": 2.0}
 # when the fleet asks for it: Kueue's controller, after its CRDs and webhooks are applied
 KUEUE = launching.KUEUE
