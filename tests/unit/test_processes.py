@@ -8,6 +8,8 @@ import socket
 import time
 
 from gridloop.local import cluster, processes
+from gridloop.local.ports import Ports
+from gridloop.local.state import State
 
 
 def _sleeper(tmp_path, name: str = "sleeper") -> processes.Proc:
@@ -26,18 +28,38 @@ def test_a_started_process_is_alive_at_once_and_gone_after_stop(tmp_path):
 
 
 def test_a_process_that_ignores_sigterm_is_killed_when_its_grace_runs_out(tmp_path):
-    """As kube-apiserver in `down` (cluster.STOP_GRACE_S): SIGTERM is not enough for it."""
     shell = shutil.which("sh")
     assert shell
     argv = [shell, "-c", "trap '' TERM; echo trapped; while :; do sleep 0.1; done"]
     proc = processes.start("stubborn", argv, tmp_path / "stubborn.log", tmp_path)
+    deadline = time.monotonic() + 10
     while "trapped" not in (tmp_path / "stubborn.log").read_text():
+        assert time.monotonic() < deadline, "the shell never set its trap"
         time.sleep(0.05)
 
     processes.stop(proc, timeout=0.5)
 
     assert not processes.alive(proc)
-    assert cluster.STOP_GRACE_S["kube-apiserver"] < processes.STOP_GRACE_S
+
+
+def test_down_gives_kube_apiserver_a_short_grace_and_every_other_process_the_default(
+    tmp_path, monkeypatch
+):
+    """kube-apiserver v1.35 stops listening on SIGTERM but did not exit in 15 s."""
+    names = ("etcd", "kube-apiserver", "kube-controller-manager")
+    procs = [processes.Proc(n, 1000 + i, (n,), str(tmp_path / n), 1) for i, n in enumerate(names)]
+    state = State(tmp_path / "gone", 27400, Ports.from_base(27400), procs)
+    given: dict[str, float] = {}
+    monkeypatch.setattr(processes, "alive", lambda proc: True)
+    monkeypatch.setattr(processes, "stop", lambda proc, timeout: given.update({proc.name: timeout}))
+
+    assert cluster._stop_processes(state) == list(reversed(names))
+
+    assert given == {
+        "kube-controller-manager": processes.STOP_GRACE_S,
+        "kube-apiserver": 2.0,
+        "etcd": processes.STOP_GRACE_S,
+    }
 
 
 def test_a_pid_with_another_start_time_is_not_ours_and_is_never_signalled(tmp_path):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from gridloop.bundle.manifests import Doc, ManifestProblem, name_of
 from gridloop.bundle.sources import ImagePin, Source
@@ -106,7 +106,7 @@ def ready_when_ready(docs: list[Doc]) -> list[Doc]:
             doc = copy.deepcopy(doc)
             for container in _containers(_pod(doc)):
                 probe = container.get("readinessProbe")
-                if isinstance(probe, dict) and _slow(probe):
+                if _slow(probe):
                     probe.pop("initialDelaySeconds", None)
                     probe["periodSeconds"] = min(
                         int(probe.get("periodSeconds", 10)), READINESS_PERIOD_S
@@ -115,7 +115,8 @@ def ready_when_ready(docs: list[Doc]) -> list[Doc]:
     return out
 
 
-def _slow(probe: object) -> bool:
+def _slow(probe: object) -> TypeGuard[dict[str, Any]]:
+    """A readiness probe that starts late or looks less often than READINESS_PERIOD_S."""
     if not isinstance(probe, dict):
         return False
     # Kubernetes' default period is 10 s
