@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from container_pods import NODE, kubectl, phase, pod_spec
+from kubernetes import client
 
 from gridloop.local import cluster, processes
 from gridloop.local.container import hostnet
@@ -100,6 +101,14 @@ def test_down_leaves_nothing_and_up_brings_the_same_pods_back(
     assert netns_before and _veths() and _chains()  # the pod and the Services are real
     first = core.read_namespaced_pod("keeps-running", namespace).status.container_statuses[0]
     pids = [p.pid for p in state.processes]
+    # a leader Lease held by the pod (as controller-runtime names its holder), one by a
+    # process off the nodes
+    coord = client.CoordinationV1Api(local_cluster.api)
+    for name, holder in (("pods", "keeps-running_4f1c"), ("others", "a-laptop_77aa")):
+        spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=15)
+        coord.create_namespaced_lease(
+            namespace, client.V1Lease(metadata=client.V1ObjectMeta(name=name), spec=spec)
+        )
 
     result = cluster.down(state.dir)
 
@@ -122,15 +131,21 @@ def test_down_leaves_nothing_and_up_brings_the_same_pods_back(
     assert _mounts_under(dead) and sockets_dir(dead).exists()
 
     # as tests/conftest.py started it, from the fleet it recorded
+    said: list[str] = []
     again = cluster.up(
-        state.dir,
-        state.dir / "fleet.yaml",
-        state.base_port,
-        say=lambda _m: None,
-        health_service=False,
+        state.dir, state.dir / "fleet.yaml", state.base_port, say=said.append, health_service=False
     )
 
     assert not again.already_running
+    # the pod's Lease released as it would have released it (its new container leads at
+    # once), the other's kept
+    assert (
+        f"leader leases: 1 released, their holders stopped with the cluster: {namespace}/pods"
+        in said
+    )
+    released = coord.read_namespaced_lease("pods", namespace).spec
+    assert (released.holder_identity or "", released.lease_duration_seconds) == ("", 1)
+    assert coord.read_namespaced_lease("others", namespace).spec.holder_identity == "a-laptop_77aa"
     assert not _mounts_under(dead)
     assert not sockets_dir(dead).exists()
     assert (SOCKETS_ROOT / "owner").read_text().strip() == str(state.dir.resolve())

@@ -28,6 +28,7 @@ from kubernetes import client
 
 from gridloop import kube
 from gridloop.bundle import bundling
+from gridloop.chart import crd_marks
 from gridloop.fleet import GPU_TOLERATION
 from gridloop.local import cluster
 from gridloop.local.build import building
@@ -307,6 +308,28 @@ def _user_queue(fresh: Fresh) -> str:
 def _queues(fresh: Fresh) -> set[str]:
     listed = client.CustomObjectsApi(fresh.api).list_cluster_custom_object(*KUEUE, "clusterqueues")
     return {q["metadata"]["name"] for q in listed["items"]}
+
+
+def test_crds_are_applied_again_only_when_one_differs_from_what_was_applied(
+    fresh: Fresh,
+) -> None:
+    ext = client.ApiextensionsV1Api(fresh.api)
+    queues = "clusterqueues.kueue.x-k8s.io"
+    # an upgrade (a value changed) finds every CRD as the install before applied it
+    unchanged = fresh.install("--set", "health.replicas=2")
+
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert "✓ CRDs 19 as applied before, Established: nothing to apply" in said(unchanged)
+
+    # one CRD as an older chart left it: its mark is not the chart copy's digest
+    older = {"metadata": {"annotations": {crd_marks.DIGEST: "sha256:older"}}}
+    ext.patch_custom_resource_definition(queues, older)
+    changed = fresh.install("--set", "health.replicas=1")
+
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "✓ CRDs 19 applied server-side, Established" in said(changed)
+    mark = ext.read_custom_resource_definition(queues).metadata.annotations[crd_marks.DIGEST]
+    assert mark.startswith("sha256:") and mark != "sha256:older"
 
 
 def test_uninstall_removes_the_workloads_and_keeps_crds_and_user_resources(fresh: Fresh) -> None:

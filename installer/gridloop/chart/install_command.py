@@ -20,6 +20,7 @@ from gridloop import kube
 from gridloop.bundle import charting
 from gridloop.chart import (
     connecting,
+    crd_marks,
     doctor_command,
     installing,
     local_fleet,
@@ -33,6 +34,7 @@ from gridloop.chart import (
 from gridloop.chart.checks import summary
 from gridloop.chart.connecting import Target
 from gridloop.chart.doctoring import discover, object_path
+from gridloop.chart.objects import Doc
 from gridloop.chart.preparing import Prepared
 from gridloop.errors import ClusterError, UsageError
 
@@ -152,8 +154,11 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 def converge(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
     req = prepared.request
-    applied = installing.apply_crds(req.chart, where)
-    step("CRDs", f"{len(applied)} applied server-side, Established" if applied else "none")
+    if prepared.crds and crd_marks.as_applied(prepared.crds, live_crds(prepared, api)):
+        step("CRDs", f"{len(prepared.crds)} as applied before, Established: nothing to apply")
+    else:
+        applied = installing.apply_crds(prepared.crds, where)
+        step("CRDs", f"{len(applied)} applied server-side, Established" if applied else "none")
 
     crd_kinds = set(objects.crd_kinds(prepared.crds)) | objects.custom_kinds(prepared.docs)
     parts = [
@@ -237,20 +242,30 @@ def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool
     return True
 
 
+def live_crds(prepared: Prepared, api: client.ApiClient) -> dict[str, Doc | None]:
+    """The chart's CRDs as the cluster holds them, by name (None: not there)."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+    found: dict[str, Doc | None] = {}
+    for crd in prepared.crds:
+        name = crd["metadata"]["name"]
+        try:
+            found[name] = kube.get(api, path + name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+            found[name] = None
+    return found
+
+
 def crds_current(prepared: Prepared, api: client.ApiClient) -> bool:
     """Every chart CRD is on the cluster with the chart's spec (a server-side diff of
     Kueue's CRDs takes seconds; reading them takes a fraction of one)."""
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-    for crd in prepared.crds:
-        try:
-            live = kube.get(api, path + crd["metadata"]["name"])
-        except client.ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        if not objects.contains(live, {"metadata": crd["metadata"], "spec": crd["spec"]}):
-            return False
-    return True
+    live = live_crds(prepared, api)
+    return all(
+        (found := live[crd["metadata"]["name"]]) is not None
+        and objects.contains(found, {"metadata": crd["metadata"], "spec": crd["spec"]})
+        for crd in prepared.crds
+    )
 
 
 def show_diff(prepared: Prepared, where: Target, api: client.ApiClient) -> None:

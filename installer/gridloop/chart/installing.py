@@ -4,7 +4,8 @@ Helm installs `crds/` only when a release is first installed and never changes a
 after that, so an upgrade that brings a new Kueue would keep the old schema. The
 chart's CRDs are therefore applied here, server-side (KubeRay's are too large for
 the last-applied annotation of a client-side apply) under the field manager
-`gridloop`, on every install and upgrade, and helm runs with `--skip-crds`.
+`gridloop`, on every install and upgrade that finds them changed since it applied them
+(crd_marks.py), and helm runs with `--skip-crds`.
 
 The components phase (objects.py) applies objects server-side under the field manager
 `helm`, Helm 4's own, with Helm's ownership marks, so the `helm upgrade --install`
@@ -19,10 +20,9 @@ import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from gridloop import toolchain
-from gridloop.chart import messages
+from gridloop.chart import crd_marks, messages
 from gridloop.chart.connecting import Target
 from gridloop.chart.objects import Doc, dump
 from gridloop.chart.rendering import Request
@@ -32,7 +32,6 @@ FIELD_MANAGER = "gridloop"
 HELM_FIELD_MANAGER = "helm"  # Helm 4's server-side apply
 DIFF_FIELD_MANAGER = "gridloop-diff"  # a dry run's: owns nothing, so removes nothing
 TOOL_TIMEOUT = 60 * 60.0  # seconds; the waits have their own timeouts
-CRD_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 @dataclass(frozen=True)
@@ -42,27 +41,19 @@ class Installed:
     notes: str
 
 
-def crd_files(chart: Path) -> list[Path]:
-    folder = chart / "crds"
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in CRD_SUFFIXES)
-
-
-def apply_crds(chart: Path, target: Target) -> list[str]:
-    """Apply `<chart>/crds/` server-side and wait until every CRD is Established.
+def apply_crds(crds: Sequence[Doc], target: Target) -> list[str]:
+    """Apply the chart's CRDs server-side, each marked with its digest (crd_marks.py), and
+    wait until every one is Established.
 
     Returns the CRDs' names (`customresourcedefinition.apiextensions.k8s.io/<name>`).
     """
-    files = crd_files(chart)
-    if not files:
+    if not crds:
         return []
     kubectl = str(toolchain.kubectl(target.kubeconfig))
     cmd = [kubectl, *target.kubectl_flags(), "apply", "--server-side", "--force-conflicts"]
-    cmd += [f"--field-manager={FIELD_MANAGER}", "-o", "name"]
-    for path in files:
-        cmd += ["-f", str(path)]
-    applied = _run(cmd, target, f"applying the CRDs in {chart / 'crds'}").split()
+    cmd += [f"--field-manager={FIELD_MANAGER}", "-o", "name", "-f", "-"]
+    marked = dump(crd_marks.marked(crd) for crd in crds)
+    applied = _run(cmd, target, "applying the chart's CRDs", stdin=marked).split()
     wait = [kubectl, *target.kubectl_flags(), "wait", "--for=condition=Established"]
     wait.append(f"--timeout={target.timeout}")
     _run([*wait, *applied], target, "waiting for the CRDs to be Established")

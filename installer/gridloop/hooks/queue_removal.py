@@ -23,6 +23,9 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 # what goes first: a ClusterQueue is in use while a LocalQueue points at it, a flavor
 # while a ClusterQueue names it
 ORDER = ("localqueues", "clusterqueues", "cohorts", "resourceflavors")
+# how often a kind's deletions are looked for: the four kinds are waited for one after
+# the other, and each wait lasts at least one poll once Kueue has anything to let go
+POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ def remove(
         while batch and time.monotonic() < deadline:
             batch = [q for q in batch if _exists(custom, q)]
             if batch:
-                time.sleep(1.0)
+                time.sleep(POLL_S)
         if batch:
             return [
                 *batch,

@@ -35,7 +35,7 @@ from gridloop.local.addons import (
     store_admin,
 )
 from gridloop.local.build import building, recipes
-from gridloop.local.container import addons, network_policy, sweeping
+from gridloop.local.container import addons, network_policy, stale_leases, sweeping
 from gridloop.local.container import starting as container
 from gridloop.local.kwok import nodes as simulated_nodes
 from gridloop.local.kwok import stages
@@ -181,6 +181,11 @@ def up(
             f"fleet {fleet.name}: {fleet.node_count} nodes, {fleet.gpu_count} GPUs "
             f"({result.created} created, {result.deleted} removed, {result.kept} kept)"
         )
+        if nodes and (released := stale_leases.release(api)):
+            say(
+                f"leader leases: {len(released)} released, their holders stopped with the "
+                f"cluster: {', '.join(map(str, released))}"
+            )
         retired = container.retire(api, fleet)
         if retired:
             say(f"removed container nodes the fleet no longer has: {', '.join(retired)}")

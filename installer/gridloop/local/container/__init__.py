@@ -12,6 +12,8 @@
                    process a node started, by pid
 - `kube_chains.py` the KUBE- iptables chains the kubelets and kube-proxy add, and taking
                    them out again
+- `stale_leases.py` the leader Leases the pods of a stopped cluster left held, released
+                   before its nodes start again (a restart's controllers lead at once)
 - `sweeping.py`    what `down` must leave behind: nothing (processes, mounts, network
                    namespaces, shim sockets, log links, the bridge, iptables chains)
 - `starting.py`    the shell that checks the machine, writes a node's files and starts its
