@@ -16,6 +16,12 @@ from kubernetes import client, config
 from gridloop import kube
 from gridloop.errors import UsageError
 
+# helm's client is held to client-go's default of 5 requests a second past a burst of 100:
+# `helm uninstall` of the local profile's 130 objects spent 5 s of its time there. helm
+# gets kubectl's own defaults (since Kubernetes 1.27: 50 a second, bursts of 300); API
+# Priority and Fairness still shares the server between clients.
+HELM_QPS, HELM_BURST = 50, 300
+
 
 @dataclass(frozen=True)
 class Target:
@@ -31,7 +37,8 @@ class Target:
         return ["--context", self.context] if self.context else []
 
     def helm_flags(self) -> list[str]:
-        return ["--kube-context", self.context] if self.context else []
+        context = ["--kube-context", self.context] if self.context else []
+        return [*context, "--qps", str(HELM_QPS), "--burst-limit", str(HELM_BURST)]
 
 
 def api_client(target: Target) -> client.ApiClient:

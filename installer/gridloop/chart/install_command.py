@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes import client
 
-from gridloop import kube
+from gridloop import kube, leases
 from gridloop.bundle import charting
 from gridloop.chart import (
     connecting,
@@ -36,7 +36,7 @@ from gridloop.chart.connecting import Target
 from gridloop.chart.doctoring import discover, object_path
 from gridloop.chart.objects import Doc
 from gridloop.chart.preparing import Prepared
-from gridloop.errors import ClusterError, UsageError
+from gridloop.errors import UsageError
 
 if TYPE_CHECKING:
     from gridloop.chart.preparing import Sub
@@ -138,7 +138,7 @@ def cmd_install(args: argparse.Namespace) -> int:
         print(f"dry run: nothing changed ({time.monotonic() - start:.1f}s)", file=sys.stderr)
         return 0
 
-    if existing is not None and existing.status == "deployed" and up_to_date(prepared, where, api):
+    if existing is not None and existing.status == "deployed" and up_to_date(prepared, api):
         step(
             f"release {req.release}", f"revision {existing.revision} is up to date: nothing changed"
         )
@@ -166,6 +166,9 @@ def converge(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
         for d in objects.components(prepared.docs, crd_kinds)
     ]
     ensure_namespace(api, req.namespace)
+    if released := release_leases(prepared, api):
+        which = ", ".join(map(str, released))
+        step("leases", f"{len(released)} released, their holders' pods gone: {which}")
     groups = objects.by_namespace(parts, req.namespace)
     ordered = {req.namespace: groups.pop(req.namespace, []), **dict(sorted(groups.items()))}
     count = installing.apply_components({ns: d for ns, d in ordered.items() if d}, where)
@@ -202,6 +205,32 @@ def converge(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
         print(f"\nNOTES:\n{installed.notes}\n")
 
 
+def release_leases(prepared: Prepared, api: client.ApiClient) -> list[leases.HeldLease]:
+    """Release the leader Leases an earlier pod of the release's Deployments left held
+    (gridloop.leases: KubeRay never releases its own, a killed controller cannot), so the
+    controllers this install starts lead at once, not after the lease's 15 s; what was
+    released. Leases the caller may not read are left as they are."""
+    deployments = [
+        (ref.namespace, ref.name)
+        for ref in objects.workloads(prepared.docs, prepared.request.namespace)
+        if ref.kind == "Deployment"
+    ]
+    core = client.CoreV1Api(api)
+    held: list[leases.HeldLease] = []
+    pods: list[tuple[str, str]] = []
+    try:
+        for namespace in sorted({namespace for namespace, _ in deployments}):
+            held += leases.listed(api, namespace)
+            pods += [
+                (namespace, p.metadata.name) for p in core.list_namespaced_pod(namespace).items
+            ]
+    except client.ApiException as err:
+        if err.status not in (403, 404):
+            raise
+        return []
+    return leases.release(api, leases.left_by(held, deployments, pods))
+
+
 def ensure_namespace(api: client.ApiClient, name: str) -> None:
     """The release namespace, created as `helm --create-namespace` would (no labels)."""
     core = client.CoreV1Api(api)
@@ -214,11 +243,11 @@ def ensure_namespace(api: client.ApiClient, name: str) -> None:
             ) from err
 
 
-def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool:
+def up_to_date(prepared: Prepared, api: client.ApiClient) -> bool:
     """Helm's record equals the rendering, and every object on the cluster holds what the
     rendering sets (read and compared, not applied: nothing is written to find out)."""
-    stored = objects.parse(installing.stored_manifest(prepared.request, where))
-    if not objects.same_objects(stored, prepared.docs):
+    recorded = releases.manifest(api, prepared.request.release, prepared.request.namespace)
+    if recorded is None or not objects.same_objects(objects.parse(recorded), prepared.docs):
         return False
     if not crds_current(prepared, api):
         return False
@@ -243,18 +272,11 @@ def up_to_date(prepared: Prepared, where: Target, api: client.ApiClient) -> bool
 
 
 def live_crds(prepared: Prepared, api: client.ApiClient) -> dict[str, Doc | None]:
-    """The chart's CRDs as the cluster holds them, by name (None: not there)."""
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-    found: dict[str, Doc | None] = {}
-    for crd in prepared.crds:
-        name = crd["metadata"]["name"]
-        try:
-            found[name] = kube.get(api, path + name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-            found[name] = None
-    return found
+    """The chart's CRDs as the cluster holds them, by name (None: not there): one list
+    (0.3 s for the local profile's 19 against 0.8 s read one by one)."""
+    listed = kube.get(api, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+    found = {item["metadata"]["name"]: item for item in listed.get("items") or []}
+    return {crd["metadata"]["name"]: found.get(crd["metadata"]["name"]) for crd in prepared.crds}
 
 
 def crds_current(prepared: Prepared, api: client.ApiClient) -> bool:
@@ -290,20 +312,19 @@ def show_diff(prepared: Prepared, where: Target, api: client.ApiClient) -> None:
     print(changes, end="")
     for label in new:
         print(f"+ {label} (new)")
-    gone = dropped(prepared, where)
+    gone = dropped(prepared, api)
     for kind, ns, name in sorted(gone):
         print(f"- {kind} {ns}/{name} (no longer rendered: helm would delete it)")
     total = changes.count("\ndiff -u") + changes.startswith("diff -u") + len(new) + len(gone)
     step("dry run", f"{total} objects would change" if total else "nothing would change")
 
 
-def dropped(prepared: Prepared, where: Target) -> set[tuple[str, str, str]]:
+def dropped(prepared: Prepared, api: client.ApiClient) -> set[tuple[str, str, str]]:
     req = prepared.request
-    try:
-        stored = objects.parse(installing.stored_manifest(req, where))
-    except ClusterError:  # no release yet: nothing to drop
+    recorded = releases.manifest(api, req.release, req.namespace)
+    if recorded is None:  # no release yet: nothing to drop
         return set()
-    return objects.identities(stored, req.namespace) - objects.identities(
+    return objects.identities(objects.parse(recorded), req.namespace) - objects.identities(
         prepared.docs, req.namespace
     )
 

@@ -95,19 +95,6 @@ def diff(docs: Sequence[Doc], namespace: str, target: Target) -> str:
     )
 
 
-def stored_manifest(request: Request, target: Target) -> str:
-    """The manifest Helm recorded for the release's newest revision."""
-    cmd = [
-        str(toolchain.helm(target.kubeconfig)),
-        *target.helm_flags(),
-        "get",
-        "manifest",
-        request.release,
-    ]
-    cmd += ["--namespace", request.namespace]
-    return _run(cmd, target, f"helm get manifest {request.release}", helm_output=True)
-
-
 def uninstall(release: str, namespace: str, target: Target) -> str:
     """`helm uninstall`, without the chart's pre-delete hook: `gridloop uninstall` has
     deleted the release's queues itself, which is all that hook does."""

@@ -31,6 +31,19 @@ def latest(api: client.ApiClient, release: str, namespace: str) -> diagnosis.Rel
     return doctoring.latest_release(_secrets(api, release, namespace))
 
 
+def manifest(api: client.ApiClient, release: str, namespace: str) -> str | None:
+    """The manifest the newest revision recorded, as `helm get manifest` prints it, read
+    from its Secret (no helm process: a second of each install); None without a release."""
+    secrets = _secrets(api, release, namespace)
+    newest = doctoring.latest_release(secrets)
+    if newest is None:
+        return None
+    (secret,) = [
+        s for s in secrets if s["metadata"]["labels"].get("version") == str(newest.revision)
+    ]
+    return str(decode(secret["data"]["release"]).get("manifest") or "")
+
+
 def _secrets(api: client.ApiClient, release: str, namespace: str) -> list[dict[str, Any]]:
     try:
         found = get(
