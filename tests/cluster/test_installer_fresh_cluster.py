@@ -332,6 +332,29 @@ def test_crds_are_applied_again_only_when_one_differs_from_what_was_applied(
     assert mark.startswith("sha256:") and mark != "sha256:older"
 
 
+def test_an_install_releases_the_leader_leases_removed_pods_of_its_deployments_left(
+    fresh: Fresh,
+) -> None:
+    """No controller runs on this kwok cluster: the Leases are put by the test, one as a
+    removed kuberay-operator pod left it (KubeRay never releases its own), one held by
+    a process that is not the release's."""
+    coord = client.CoordinationV1Api(fresh.api)
+    held = {"left": "kuberay-operator-75c9cd6867-zpvfr_1954d855", "theirs": "a-laptop_77aa"}
+    for name, holder in held.items():
+        spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=15)
+        coord.create_namespaced_lease(
+            NAMESPACE, client.V1Lease(metadata=client.V1ObjectMeta(name=name), spec=spec)
+        )
+
+    result = fresh.install("--set", "health.replicas=2")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"✓ leases 1 released, their holders' pods gone: {NAMESPACE}/left" in said(result)
+    left = coord.read_namespaced_lease("left", NAMESPACE).spec
+    assert (left.holder_identity or "", left.lease_duration_seconds) == ("", 1)
+    assert coord.read_namespaced_lease("theirs", NAMESPACE).spec.holder_identity == held["theirs"]
+
+
 def test_uninstall_removes_the_workloads_and_keeps_crds_and_user_resources(fresh: Fresh) -> None:
     mine = _user_queue(fresh)
     crds = fresh.crds()

@@ -34,14 +34,23 @@ def latest(api: client.ApiClient, release: str, namespace: str) -> diagnosis.Rel
 def manifest(api: client.ApiClient, release: str, namespace: str) -> str | None:
     """The manifest the newest revision recorded, as `helm get manifest` prints it, read
     from its Secret (no helm process: a second of each install); None without a release."""
-    secrets = _secrets(api, release, namespace)
+    found = _newest(_secrets(api, release, namespace))
+    if found is None:
+        return None
+    return str(decode(found[1]["data"]["release"]).get("manifest") or "")
+
+
+def _newest(
+    secrets: list[dict[str, Any]],
+) -> tuple[diagnosis.Release, dict[str, Any]] | None:
+    """The newest revision among a release's Secrets, and its Secret; None without one."""
     newest = doctoring.latest_release(secrets)
     if newest is None:
         return None
     (secret,) = [
         s for s in secrets if s["metadata"]["labels"].get("version") == str(newest.revision)
     ]
-    return str(decode(secret["data"]["release"]).get("manifest") or "")
+    return newest, secret
 
 
 def _secrets(api: client.ApiClient, release: str, namespace: str) -> list[dict[str, Any]]:
@@ -74,13 +83,10 @@ def encode(release: dict[str, Any]) -> str:
 
 def unlock(api: client.ApiClient, release: str, namespace: str) -> int | None:
     """Mark the newest revision failed if it is pending; return its number, else None."""
-    secrets = _secrets(api, release, namespace)
-    newest = doctoring.latest_release(secrets)
-    if newest is None or not newest.status.startswith("pending-"):
+    found = _newest(_secrets(api, release, namespace))
+    if found is None or not found[0].status.startswith("pending-"):
         return None
-    (secret,) = [
-        s for s in secrets if s["metadata"]["labels"].get("version") == str(newest.revision)
-    ]
+    newest, secret = found
     record = decode(secret["data"]["release"])
     record.setdefault("info", {})
     record["info"]["status"] = "failed"
