@@ -378,6 +378,12 @@ def test_the_kubelet_runs_on_cgroup_v1_with_cgroupfs_below_its_nodes_own_root() 
     assert doc["cgroupRoot"] != kubelet(0)["cgroupRoot"]
 
 
+def test_the_kubelet_syncs_each_pod_every_ten_seconds_so_changed_secrets_arrive() -> None:
+    """Kueue waits for the certificate it writes into its mounted Secret: at the default
+    1m a pod's volume follows 60 to 90 s later (the cluster test times the real one)."""
+    assert kubelet(0)["syncFrequency"] == configs.SYNC_FREQUENCY == "10s"
+
+
 def test_the_kubelet_serves_on_the_nodes_address_and_its_health_on_loopback() -> None:
     layout, s = settings(2)
     doc = kubelet(2)

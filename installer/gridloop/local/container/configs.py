@@ -38,6 +38,8 @@ UPSTREAM = {"docker.io": "https://registry-1.docker.io"}
 RUNTIME_HANDLERS = ("runc", "runsc")
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
+# how often the kubelet syncs each pod (its default: 1m, each pod every 60 to 90 s)
+SYNC_FREQUENCY = "10s"
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,9 @@ def kubelet_config(layout: NodeLayout, s: NodeSettings) -> str:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "nodeStatusUpdateFrequency": "10s",
+        # a pod's mounted Secrets follow their changes at its next sync: every 60 to 90 s
+        # by default, and Kueue waits that long for the webhook certificate it writes
+        "syncFrequency": SYNC_FREQUENCY,
         "oomScoreAdj": 0,
         "rotateCertificates": False,
         "protectKernelDefaults": False,
