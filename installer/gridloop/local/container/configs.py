@@ -38,7 +38,9 @@ UPSTREAM = {"docker.io": "https://registry-1.docker.io"}
 RUNTIME_HANDLERS = ("runc", "runsc")
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
-# how often the kubelet syncs each pod (its default: 1m, each pod every 60 to 90 s)
+# how often the kubelet syncs each pod (its default, 1m, syncs each every 60 to 90 s); a
+# mounted Secret follows its changes at that sync, and Kueue is not ready until the
+# webhook certificate it writes into its own mounted Secret shows in its volume
 SYNC_FREQUENCY = "10s"
 
 
@@ -250,8 +252,6 @@ def kubelet_config(layout: NodeLayout, s: NodeSettings) -> str:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "nodeStatusUpdateFrequency": "10s",
-        # a pod's mounted Secrets follow their changes at its next sync: every 60 to 90 s
-        # by default, and Kueue waits that long for the webhook certificate it writes
         "syncFrequency": SYNC_FREQUENCY,
         "oomScoreAdj": 0,
         "rotateCertificates": False,
