@@ -31,6 +31,18 @@ MARKS = [
 LOSES_A_NODE = pytest.mark.loses_a_node
 
 
+def nothing_after(request: pytest.FixtureRequest) -> bool:
+    """No test after `request`'s module uses the shared cluster, and this session started
+    it: the session stops it, purged, right after (tests/conftest.py), so putting it back
+    (an uninstall, faults cleared and scraped, a restart) would be minutes spent for
+    nobody. False on a user's cluster (GRIDLOOP_TEST_STATE): that one stays."""
+    if os.environ.get("GRIDLOOP_TEST_STATE"):
+        return False
+    items = request.session.items
+    last = max(i for i, item in enumerate(items) if item.module is request.module)
+    return not any("local_cluster" in getattr(i, "fixturenames", ()) for i in items[last + 1 :])
+
+
 def restart(state_dir: Path, fleet: Path, base_port: int) -> list[str]:
     """`local down`, then `local up` from `fleet`; what `up` said."""
     stopped = cluster.down(state_dir)

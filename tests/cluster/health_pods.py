@@ -62,16 +62,18 @@ def settle(local_cluster, timeout: float = 90) -> None:
 
 
 @contextmanager
-def health_platform(local_cluster, work: Path) -> Iterator[Installed]:
+def health_platform(local_cluster, work: Path, tidy: bool = True) -> Iterator[Installed]:
     """The bundle installed with its health service on, from a fault-free fleet; the
     faults cleared and the nodes put back once the release is gone (uninstalled first,
-    so nothing re-quarantines a node after the faults are cleared)."""
+    so nothing re-quarantines a node after the faults are cleared). Not `tidy`: left as
+    it is, for a cluster that stops next (cluster_restarts.nothing_after)."""
     clear_faults(local_cluster)
     try:
-        with installed_platform(local_cluster, work) as done:
+        with installed_platform(local_cluster, work, tidy=tidy) as done:
             yield done
     finally:
-        clear_faults(local_cluster)
+        if tidy:
+            clear_faults(local_cluster)
 
 
 def pods(local_cluster) -> list[client.V1Pod]:

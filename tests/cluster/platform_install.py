@@ -124,10 +124,12 @@ def installed_platform(
     files: tuple[Path, ...] = (),
     timeout: str = "3m",
     mirror: Path | None = None,
+    tidy: bool = True,
 ) -> Iterator[Installed]:
     """The bundle built into `work` and installed with the local profile and the cluster's
     fleet (plus `files` and `sets`); uninstalled, its kept namespaces deleted, on the way
-    out. With `mirror` (the upstream releases' folder) the bundle holds KAITO too."""
+    out (unless not `tidy`: for a cluster that stops next). With `mirror` (the upstream
+    releases' folder) the bundle holds KAITO too."""
     skip = SKIPPED if mirror is None else frozenset()
     bundle = bundling.bundle(bundling.Request(out=work / "dist", skip=skip, mirror=mirror))
     env = dict(os.environ, KUBECONFIG=str(local_cluster.kubeconfig))
@@ -139,11 +141,12 @@ def installed_platform(
         assert result.returncode == 0, result.stdout + result.stderr
         yield Installed(setup.chart, setup.fleet, work, env, result.stdout, sets, files)
     finally:
-        # gridloop uninstall: Kueue's queues and flavors go while Kueue still runs
-        gone = setup.gridloop("uninstall", *setup.where())
-        if gone.returncode != 0:  # what the next modules will trip over, in the log
-            print(f"uninstall failed:\n{gone.stdout}{gone.stderr}", file=sys.stderr)
-        remove_kept_namespaces(local_cluster.core)
+        if tidy:
+            # gridloop uninstall: Kueue's queues and flavors go while Kueue still runs
+            gone = setup.gridloop("uninstall", *setup.where())
+            if gone.returncode != 0:  # what the next modules will trip over, in the log
+                print(f"uninstall failed:\n{gone.stdout}{gone.stderr}", file=sys.stderr)
+            remove_kept_namespaces(local_cluster.core)
 
 
 def remove_kept_namespaces(core: client.CoreV1Api, kept: tuple[str, ...] = KEPT_NAMESPACES) -> None:
