@@ -41,11 +41,6 @@ def put_back(core: client.CoreV1Api) -> None:
         )
 
 
-def fault_free(service: HealthService) -> bool:
-    """Whether a dry-run twin of `service` sees nothing to do now (nothing is acted on)."""
-    return not still_to_do(service)
-
-
 def still_to_do(service: HealthService) -> str:
     """What a dry-run twin of `service` would do now, in one line ('' when nothing): what
     a wait for a fault-free fleet names when it gives up."""

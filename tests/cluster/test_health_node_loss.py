@@ -67,7 +67,7 @@ def one_node_fleet(local_cluster, tmp_path_factory, request) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def platform(one_node_fleet, local_cluster, tmp_path_factory, request) -> Iterator[Installed]:
     """The health service installed; left installed, its faults not cleared, when the
-    session's cluster stops next (run last, as under `make test`: 60 to 100 s saved)."""
+    session's cluster stops next (run last, as under `make test`)."""
     work, tidy = tmp_path_factory.mktemp("node-loss-pods"), not nothing_after(request)
     with health_platform(local_cluster, work, tidy=tidy) as done:
         yield done
