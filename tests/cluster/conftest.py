@@ -10,7 +10,7 @@ from pathlib import Path
 
 import early_pulls
 import pytest
-from fleet_reset import put_back, still_to_do
+from fleet_reset import put_back, until_fault_free
 from platform_install import SHARED, Installed, SharedPlatform
 
 from gridloop.health.observed import TAINT_KEY
@@ -125,12 +125,8 @@ def settle() -> Callable[[HealthService], None]:
     """Wait until Prometheus shows a fresh, healthy fleet: a previous test's faults may still
     be in its last samples. A dry-run twin of the service looks, so nothing is acted on."""
 
-    def wait(service: HealthService, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while to_do := still_to_do(service):  # named when it gives up (seen once in CI)
-            if time.monotonic() > deadline:
-                pytest.fail(f"Prometheus still shows faults after {timeout:.0f}s: {to_do}")
-            time.sleep(0.2)
+    def wait(service: HealthService) -> None:
+        until_fault_free(service, timeout=60, pause=0.2)
 
     return wait
 

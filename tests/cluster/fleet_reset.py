@@ -5,7 +5,9 @@ policy the tests that drive their own service run it with."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
+import pytest
 from kubernetes import client
 
 from gridloop.health.observed import STATE_LABEL, TAINT_KEY
@@ -58,3 +60,13 @@ def still_to_do(service: HealthService) -> str:
     if report.held is not None:
         said.append(f"held: {report.held}")
     return "; ".join(said)
+
+
+def until_fault_free(service: HealthService, timeout: float, pause: float) -> None:
+    """Wait until a dry-run twin of `service` sees nothing to do; fail naming what it still
+    would do when `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while to_do := still_to_do(service):
+        if time.monotonic() > deadline:
+            pytest.fail(f"Prometheus still shows faults after {timeout:.0f}s: {to_do}")
+        time.sleep(pause)

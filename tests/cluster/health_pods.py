@@ -8,13 +8,11 @@ ClusterQueue's quota, its Events and its Lease.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-from fleet_reset import put_back, still_to_do
+from fleet_reset import put_back, until_fault_free
 from kubernetes import client
 from platform_install import GRIDLOOP, NAMESPACE, RELEASE, Installed, installed_platform
 
@@ -54,11 +52,7 @@ def settle(local_cluster, timeout: float = 90) -> None:
     policy = load_policy(cluster.default_health_policy())
     prom = connect(f"http://127.0.0.1:{local_cluster.state.ports.prometheus}")
     service = HealthService(local_cluster.api, prom, policy, "default", log=lambda _m: None)
-    deadline = time.monotonic() + timeout
-    while to_do := still_to_do(service):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the fleet still shows faults after {timeout:.0f}s: {to_do}")
-        time.sleep(1)
+    until_fault_free(service, timeout, pause=1)
 
 
 @contextmanager
